@@ -1,0 +1,164 @@
+"""The ``zoo`` command.
+
+- ``zoo fit | validate | test | predict --config recipes/...yaml``: LightningCLI (jsonargparse), so every
+  constructor argument of the LightningModule, DataModule and Trainer is a flag or a YAML key, and
+  ``--print_config`` prints the resolved config.
+- ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``)
+  or a directory written by ``save_pretrained``.
+- ``zoo models``: the registered models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from lightning.pytorch.cli import LightningCLI
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["ZooCLI", "main"]
+
+USAGE = """usage: zoo <command> [options]
+
+commands:
+  fit | validate | test | predict   train and evaluate with Lightning (see `zoo fit --help`)
+  generate                          sample text from a checkpoint (see `zoo generate --help`)
+  models                            list the registered models
+
+example:
+  zoo fit --config recipes/transformer_lm/pg19mini.yaml
+"""
+
+
+def default_precision() -> str:
+    """``bf16-mixed`` on a GPU that supports it, else full fp32."""
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+class ZooCLI(LightningCLI):
+    """LightningCLI with the zoo's defaults (precision by hardware, a training summary)."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.set_defaults({"trainer.precision": default_precision()})
+
+
+def _quiet_warnings() -> None:
+    # expected on a CPU-only machine; they drown the progress bar
+    for pattern in (".*does not have many workers.*", ".*GPU available but not used.*",
+                    ".*Checkpoint directory .* exists and is not empty.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def run_lightning(args: list[str]) -> None:
+    from lightning import LightningDataModule, LightningModule
+
+    import zoo  # noqa: F401  (registers the models)
+    from zoo.callbacks import TrainingSummary
+
+    _quiet_warnings()
+    ZooCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=args,
+        trainer_defaults={"callbacks": [TrainingSummary()]},
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+    )
+
+
+def load_for_generation(checkpoint: str, device: str = "cpu"):
+    """A model from a Lightning ``.ckpt`` (of :class:`~zoo.tasks.CausalLM`) or a pretrained directory."""
+    from zoo.errors import CheckpointError
+    from zoo.pretrained import from_pretrained
+    from zoo.tasks import CausalLM
+
+    path = Path(checkpoint)
+    if path.is_dir():
+        return from_pretrained(path, device=device)
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit` or a "
+                              "directory written by save_pretrained.")
+    try:
+        module = CausalLM.load_from_checkpoint(path, map_location=device)
+    except Exception as e:
+        raise CheckpointError(f"could not load {checkpoint} as a CausalLM checkpoint "
+                              f"({type(e).__name__}: {e})") from None
+    return module.model.eval()
+
+
+def generate_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="zoo generate", description="Sample text from a trained model.")
+    parser.add_argument("--checkpoint", required=True, help="a .ckpt from `zoo fit` or a save_pretrained directory")
+    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-samples", type=int, default=1)
+    parser.add_argument("--truncate-prompt", action="store_true",
+                        help="keep the last max_seq_len tokens of a long prompt instead of failing")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ns = parser.parse_args(args)
+
+    from zoo.data.text import ByteTokenizer
+    from zoo.errors import CheckpointError
+    from zoo.generation import generate
+
+    try:
+        model = load_for_generation(ns.checkpoint, ns.device)
+    except CheckpointError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
+    tokenizer = ByteTokenizer()
+    prompt = torch.tensor([tokenizer.encode(ns.prompt)] * ns.num_samples, device=ns.device)
+    generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
+    try:
+        out = generate(model, prompt, ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
+                       top_p=ns.top_p, generator=generator, truncate_prompt=ns.truncate_prompt)
+    except ValueError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
+    for i, row in enumerate(out):
+        if ns.num_samples > 1:
+            print(f"--- sample {i} ---")
+        print(tokenizer.decode(row))
+
+
+def models_main(args: list[str]) -> None:
+    from zoo.registry import get_preset, list_models
+
+    table = Table(title="registered models")
+    for col in ("name", "family", "parameters", "description"):
+        table.add_column(col)
+    for name in list_models(args[0] if args else None):
+        preset = get_preset(name)
+        n = sum(p.numel() for p in preset.model_cls(preset.config).parameters())
+        table.add_row(name, preset.family, f"{n / 1e6:.2f}M", preset.description)
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return
+    command, rest = args[0], args[1:]
+    if command == "generate":
+        generate_main(rest)
+    elif command == "models":
+        models_main(rest)
+    elif command in ("fit", "validate", "test", "predict"):
+        run_lightning(args)
+    else:
+        sys.exit(f"zoo: unknown command {command!r}\n\n{USAGE}")
+
+
+if __name__ == "__main__":
+    main()

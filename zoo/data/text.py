@@ -1,0 +1,366 @@
+"""Byte-level text: corpora, splits, windows and the LightningDataModule.
+
+Corpora (``dataset=``) and their splits:
+
+- ``pg19mini``: 60 Project Gutenberg books (PG-19's pre-1919 rule) with a fixed book-level split
+  (55 train / 2 valid / 3 test books; ``splits.tsv``).
+- ``enwik8``: the Hutter Prize file; the standard split is the first 90M bytes for training and the
+  next two 5M for validation and test. Requires the full 100,000,000-byte file (``enwik8.zip``).
+- ``enwik8_prefix``: any prefix of enwik8 (e.g. the 4.15 MB ``enwik8_prefix_4154399``), split
+  90/5/5 % in order: a text set of its own, NOT comparable with published enwik8 numbers.
+- ``tinyshakespeare``: char-rnn's 1.1 MB file, split 90/5/5 % in order.
+- ``text_file``: any local UTF-8 (or binary) file given by ``path``, split 90/5/5 % in order.
+
+Where the files come from, in order: ``data_dir``, then ``$ZOO_DATA_DIR`` (the layout of
+``<dir>/<dataset>/...``), then the download cache ``$ZOO_CACHE_DIR`` (default ``~/.cache/zoo``),
+filled from each set's public home when ``download=True``.
+
+Training draws random windows; evaluation covers every byte of a split exactly once with
+non-overlapping windows per document (the last window of a document is padded, and padding targets
+are ``-100``, ignored by the loss). The first byte of each document has no context and is not scored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from zoo.errors import DataNotFoundError
+
+__all__ = [
+    "ByteTextDataModule",
+    "ByteTokenizer",
+    "EvalWindows",
+    "RandomWindows",
+    "load_byte_corpus",
+    "split_enwik8",
+]
+
+Split = Literal["train", "valid", "test"]
+IGNORE_INDEX = -100
+
+# pg19mini's book-level split (the ``splits.tsv`` shipped with the data, embedded so that the online
+# download path knows it too).
+PG19MINI_VALID = (174, 1400)
+PG19MINI_TEST = (84, 768, 2641)
+PG19MINI_TRAIN = (
+    11, 16, 23, 33, 35, 36, 43, 46, 74, 76, 98, 105, 110, 120, 135, 145, 147, 158, 161, 175, 205,
+    219, 236, 244, 345, 514, 730, 766, 829, 844, 963, 996, 1023, 1080, 1184, 1232, 1342, 1497, 1513,
+    1661, 1952, 1998, 2097, 2542, 2554, 2591, 2701, 2814, 3207, 3300, 3600, 6130, 14264, 20203, 28054,
+)
+URLS = {
+    "tinyshakespeare": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+    "enwik8": "http://mattmahoney.net/dc/enwik8.zip",
+    "pg19mini": "https://www.gutenberg.org/cache/epub/{ebook}/pg{ebook}.txt",
+}
+ENWIK8_BYTES = 100_000_000
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: ``vocab_size = 256``; decoding replaces invalid sequences with U+FFFD."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+# --- finding and reading the files -----------------------------------------------------------------
+def cache_dir() -> Path:
+    return Path(os.environ.get("ZOO_CACHE_DIR", Path.home() / ".cache" / "zoo")) / "data"
+
+
+def search_dirs(data_dir: str | os.PathLike | None) -> list[Path]:
+    """Directories searched for ``<dataset>/...``, in order."""
+    dirs = [Path(data_dir)] if data_dir else []
+    if os.environ.get("ZOO_DATA_DIR"):
+        dirs.append(Path(os.environ["ZOO_DATA_DIR"]))
+    dirs.append(cache_dir())
+    return dirs
+
+
+def _find(dataset: str, names: Sequence[str], data_dir: str | os.PathLike | None) -> Path | None:
+    for root in search_dirs(data_dir):
+        for name in names:
+            for candidate in (root / dataset / name, root / name):
+                if candidate.is_file():
+                    return candidate
+    return None
+
+
+def _download(url: str, dest: Path) -> Path:
+    """Download ``url`` to ``dest`` (via a temporary file, so an interrupted download leaves nothing)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        torch.hub.download_url_to_file(url, str(dest), progress=True)
+    except Exception as e:  # URLError, HTTPError, timeouts
+        raise DataNotFoundError(f"could not download {url}: {e}") from None
+    return dest
+
+
+def _not_found(dataset: str, names: Sequence[str], data_dir, hint: str) -> DataNotFoundError:
+    looked = ", ".join(str(d / dataset) for d in search_dirs(data_dir))
+    return DataNotFoundError(
+        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point data_dir "
+        "(--data.init_args.data_dir) or the ZOO_DATA_DIR environment variable at a directory holding "
+        f"{dataset}/, or pass download=True to fetch it from its public home."
+    )
+
+
+def _read(path: Path) -> bytes:
+    if path.suffix == ".gz":
+        return gzip.decompress(path.read_bytes())
+    return path.read_bytes()
+
+
+def _split_in_order(data: bytes, fractions: tuple[float, float] = (0.90, 0.95)) -> dict[str, list[bytes]]:
+    a, b = (int(len(data) * f) for f in fractions)
+    return {"train": [data[:a]], "valid": [data[a:b]], "test": [data[b:]]}
+
+
+def split_enwik8(data: bytes) -> dict[str, list[bytes]]:
+    """The standard enwik8 split: bytes [0, 90M) train, [90M, 95M) valid, [95M, 100M) test.
+
+    Raises:
+        ValueError: ``data`` is not the full 100,000,000-byte file.
+    """
+    if len(data) != ENWIK8_BYTES:
+        raise ValueError(
+            f"enwik8 must be exactly {ENWIK8_BYTES:,} bytes for the standard 90M/5M/5M split, got "
+            f"{len(data):,}. For a prefix of the file use dataset='enwik8_prefix'."
+        )
+    return {"train": [data[:90_000_000]], "valid": [data[90_000_000:95_000_000]],
+            "test": [data[95_000_000:]]}
+
+
+def read_enwik8_zip(path: Path) -> bytes:
+    """The ``enwik8`` member of ``enwik8.zip`` (or the raw file itself)."""
+    if not zipfile.is_zipfile(path):
+        return path.read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        if "enwik8" not in zf.namelist():
+            raise DataNotFoundError(f"{path} has no 'enwik8' member (members: {zf.namelist()[:5]})")
+        return zf.read("enwik8")
+
+
+def _pg19mini(data_dir, download: bool, splits: Sequence[str]) -> dict[str, list[bytes]]:
+    table = {"train": PG19MINI_TRAIN, "valid": PG19MINI_VALID, "test": PG19MINI_TEST}
+    out: dict[str, list[bytes]] = {}
+    for split in splits:
+        docs = []
+        for ebook in table[split]:
+            names = (f"{ebook}.txt.gz", f"{ebook}.txt")
+            path = _find("pg19mini", names, data_dir)
+            if path is None:
+                if not download:
+                    raise _not_found("pg19mini", names, data_dir,
+                                     "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped).")
+                url = URLS["pg19mini"].format(ebook=ebook)
+                path = _download(url, cache_dir() / "pg19mini" / f"{ebook}.txt")
+            docs.append(_read(path))
+        out[split] = docs
+    return out
+
+
+def load_byte_corpus(
+    dataset: str,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    path: str | os.PathLike | None = None,
+    download: bool = False,
+    splits: Sequence[str] = ("train", "valid", "test"),
+) -> dict[str, list[bytes]]:
+    """Documents of each requested split as raw bytes: ``{"train": [doc, ...], ...}``.
+
+    Raises:
+        DataNotFoundError: the files are not found where they are looked for (listed in the message)
+            and ``download`` is off or the download failed.
+        ValueError: an unknown ``dataset``.
+    """
+    if dataset == "pg19mini":
+        return _pg19mini(data_dir, download, splits)
+    if dataset == "text_file":
+        if path is None or not Path(path).is_file():
+            raise DataNotFoundError(f"text_file: path={path!r} is not a file; pass path=<file>.")
+        parts = _split_in_order(_read(Path(path)))
+    elif dataset == "tinyshakespeare":
+        names = ("input.txt",)
+        found = _find(dataset, names, data_dir)
+        if found is None:
+            if not download:
+                raise _not_found(dataset, names, data_dir, "Tiny Shakespeare is one 1.1 MB file.")
+            found = _download(URLS[dataset], cache_dir() / dataset / "input.txt")
+        parts = _split_in_order(_read(found))
+    elif dataset == "enwik8":
+        names = ("enwik8.zip", "enwik8")
+        found = _find(dataset, names, data_dir)
+        if found is None:
+            if not download:
+                raise _not_found(dataset, names, data_dir, "enwik8.zip is 36 MB (100 MB unzipped).")
+            found = _download(URLS[dataset], cache_dir() / dataset / "enwik8.zip")
+        parts = split_enwik8(read_enwik8_zip(found))
+    elif dataset == "enwik8_prefix":
+        names = ("enwik8_prefix_4154399", "enwik8_prefix")
+        found = _find("enwik8", names, data_dir)
+        if found is None:
+            raise _not_found("enwik8", names, data_dir, "enwik8_prefix is a local-only set.")
+        parts = _split_in_order(found.read_bytes())
+    else:
+        raise ValueError(f"unknown byte-level dataset {dataset!r}")
+    return {s: parts[s] for s in splits}
+
+
+# --- windows ---------------------------------------------------------------------------------------
+class RandomWindows(Dataset):
+    """``num_samples`` random windows of ``seq_len + 1`` bytes from one byte stream.
+
+    Item ``i`` is ``(x, y)``, two int64 tensors of shape ``(seq_len,)`` with ``y`` = ``x`` shifted by
+    one. Window ``i`` depends only on ``(seed, i)``, so runs are reproducible.
+    """
+
+    def __init__(self, data: np.ndarray, seq_len: int, num_samples: int, seed: int = 0) -> None:
+        if len(data) < seq_len + 1:
+            raise ValueError(f"the training split has {len(data)} bytes, fewer than seq_len + 1 = "
+                             f"{seq_len + 1}; use a shorter seq_len or more data")
+        self.data, self.seq_len, self.num_samples, self.seed = data, seq_len, num_samples, seed
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        start = np.random.default_rng((self.seed, i)).integers(0, len(self.data) - self.seq_len)
+        chunk = torch.from_numpy(self.data[start : start + self.seq_len + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]
+
+
+class EvalWindows(Dataset):
+    """Non-overlapping windows covering every scored byte of every document exactly once.
+
+    A document of ``L`` bytes has ``L - 1`` targets, in ``ceil((L - 1) / seq_len)`` windows; the last
+    is padded with ``x = 0`` and ``y = -100``.
+    """
+
+    def __init__(self, docs: Sequence[np.ndarray], seq_len: int) -> None:
+        self.docs, self.seq_len = docs, seq_len
+        self.index = [(d, s) for d, doc in enumerate(docs) for s in range(0, len(doc) - 1, seq_len)]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def num_targets(self) -> int:
+        return sum(max(len(doc) - 1, 0) for doc in self.docs)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        d, start = self.index[i]
+        chunk = torch.from_numpy(self.docs[d][start : start + self.seq_len + 1].astype(np.int64))
+        x = torch.zeros(self.seq_len, dtype=torch.int64)
+        y = torch.full((self.seq_len,), IGNORE_INDEX, dtype=torch.int64)
+        n = len(chunk) - 1
+        x[:n], y[:n] = chunk[:-1], chunk[1:]
+        return x, y
+
+
+# --- the DataModule --------------------------------------------------------------------------------
+class ByteTextDataModule(LightningDataModule):
+    """Byte-level language-modelling data: batches ``(x, y)`` of int64 ``(batch_size, seq_len)``.
+
+    Args:
+        dataset: one of ``pg19mini``, ``enwik8``, ``enwik8_prefix``, ``tinyshakespeare``,
+            ``text_file`` (see the module docstring for splits).
+        data_dir: directory holding ``<dataset>/``; ``$ZOO_DATA_DIR`` is searched next.
+        path: the file for ``dataset="text_file"``.
+        seq_len: window length; ``None`` uses the model's ``max_seq_len``.
+        batch_size: training windows per batch.
+        eval_batch_size: windows per evaluation batch (default: ``batch_size``).
+        train_samples_per_epoch: random windows per training epoch (default: enough windows to cover
+            the training split once).
+        download: fetch missing files from the set's public home into ``$ZOO_CACHE_DIR``.
+        num_workers: DataLoader worker processes.
+        seed: seed of the random training windows.
+    """
+
+    def __init__(
+        self,
+        dataset: Literal["pg19mini", "enwik8", "enwik8_prefix", "tinyshakespeare", "text_file"] = "pg19mini",
+        data_dir: str | None = None,
+        path: str | None = None,
+        seq_len: int | None = None,
+        batch_size: int = 16,
+        eval_batch_size: int | None = None,
+        train_samples_per_epoch: int | None = None,
+        download: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.dataset, self.data_dir, self.path = dataset, data_dir, path
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.train_samples_per_epoch = train_samples_per_epoch
+        self.download, self.num_workers, self.seed = download, num_workers, seed
+        self.splits: dict[str, list[np.ndarray]] = {}
+        self.tokenizer = ByteTokenizer()
+
+    def _resolve_seq_len(self) -> int:
+        if self.seq_len is None:
+            module = self.trainer.lightning_module if self.trainer is not None else None
+            model = getattr(module, "model", None)
+            if model is None:
+                raise ValueError("seq_len is not set and there is no model to take max_seq_len from")
+            self.seq_len = model.config.max_seq_len
+        return self.seq_len
+
+    def prepare_data(self) -> None:  # download once (rank 0) before setup runs on every process
+        if self.download:
+            load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path, download=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        needed = {"fit": ("train", "valid"), "validate": ("valid",), "test": ("test",),
+                  "predict": ("test",)}.get(stage or "", ("train", "valid", "test"))
+        missing = [s for s in needed if s not in self.splits]
+        if missing:
+            docs = load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path,
+                                    download=self.download, splits=missing)
+            for split, raw in docs.items():
+                self.splits[split] = [np.frombuffer(d, dtype=np.uint8) for d in raw]
+        self._resolve_seq_len()
+
+    def num_bytes(self, split: Split) -> int:
+        return sum(len(d) for d in self.splits[split])
+
+    def train_dataloader(self) -> DataLoader:
+        stream = np.concatenate(self.splits["train"])
+        seq_len = self._resolve_seq_len()
+        n = self.train_samples_per_epoch or max(1, len(stream) // seq_len)
+        ds = RandomWindows(stream, seq_len, n, seed=self.seed)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=True, drop_last=True,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def _eval_loader(self, split: Split) -> DataLoader:
+        ds = EvalWindows(self.splits[split], self._resolve_seq_len())
+        return DataLoader(ds, batch_size=self.eval_batch_size, shuffle=False,
+                          num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("valid")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")

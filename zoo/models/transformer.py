@@ -1,0 +1,243 @@
+"""The decoder-only Transformer language model (Vaswani et al. 2017, "Attention Is All You Need").
+
+Paper §3.1–3.5: stacked blocks of multi-head self-attention and a position-wise feed-forward network
+``W2 act(W1 x + b1) + b2``, each wrapped in a residual connection with layer normalisation; sinusoidal
+position encodings ``PE[pos, 2i] = sin(pos / 10000^(2i/d))``, ``PE[pos, 2i+1] = cos(...)``; token
+embeddings multiplied by ``sqrt(d_model)`` and shared with the pre-softmax projection.
+
+Deviations from the paper, each a config field:
+- decoder only (the paper's encoder-decoder translation model is a family of its own);
+- ``norm="pre"`` (default) puts LayerNorm before each sub-layer and once more before the output
+  projection, which trains deep models without the warmup the post-norm original needs;
+  ``norm="post"`` is the paper's ``LayerNorm(x + Dropout(Sublayer(x)))``;
+- ``activation="gelu"`` (default) instead of the paper's ReLU; ``position="learned"`` is the paper's
+  Table 3 row (E) variant;
+- weights of the output projections (attention ``W^O`` and FFN ``W2``) start with an extra
+  ``1/sqrt(2 n_layers)`` factor (GPT-2; the Sparse Transformer paper §5.4 uses the same).
+
+The attention is the seam: :meth:`TransformerLM.build_attention` returns one attention module per
+layer, and other families (Sparse, Routing) override it and reuse everything else.
+
+Shape legend: B batch, T positions, C d_model, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.attention import CausalSelfAttention, KVCache, LayerKVCache
+from zoo.config import ModelConfig
+from zoo.errors import ConfigError
+from zoo.pretrained import PretrainedMixin
+from zoo.registry import register_model, register_preset
+
+__all__ = ["FeedForward", "TransformerBlock", "TransformerConfig", "TransformerLM"]
+
+
+@dataclass(frozen=True)
+class TransformerConfig(ModelConfig):
+    vocab_size: int = 256  # 256 = bytes
+    max_seq_len: int = 512  # longest input (positions) the model accepts
+    d_model: int = 512
+    n_layers: int = 6
+    n_heads: int = 8  # d_head = d_model / n_heads
+    d_ff: int = 2048  # feed-forward inner width (paper: 4 * d_model)
+    dropout: float = 0.1  # residual, embedding and attention-probability dropout
+    activation: Literal["gelu", "relu"] = "gelu"  # paper: relu
+    norm: Literal["pre", "post"] = "pre"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
+    position: Literal["sinusoidal", "learned"] = "sinusoidal"
+    tie_weights: bool = True  # share token embedding and output projection (paper §3.4)
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
+    bias: bool = True  # biases in linear layers
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        choices = {"activation": ("gelu", "relu"), "norm": ("pre", "post"),
+                   "position": ("sinusoidal", "learned")}
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {allowed}")
+        for key in ("vocab_size", "max_seq_len", "d_model", "n_layers", "n_heads", "d_ff"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
+    """The paper's fixed encodings, ``(n_positions, d_model)`` float32 (§3.5)."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq[: d_model // 2])
+    return pe.float()
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``W2 act(W1 x + b1) + b2``: ``(..., C) -> (..., C)``."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.act(self.w1(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Attention and feed-forward sub-layers with residuals, pre- or post-norm.
+
+    ``attention`` is any module called as ``attention(x, cache) -> (B, T, C)``.
+    """
+
+    def __init__(self, config: TransformerConfig, attention: nn.Module) -> None:
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        self.attention = attention
+        self.ff = FeedForward(config.d_model, config.d_ff, config.activation, config.bias)
+        self.norm1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
+        if self.pre_norm:  # x + a, then + b: the Sparse Transformer's H + a + b
+            x = x + self.dropout(self.attention(self.norm1(x), cache))
+            return x + self.dropout(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.attention(x, cache)))
+        return self.norm2(x + self.dropout(self.ff(x)))
+
+
+@register_model
+class TransformerLM(PretrainedMixin, nn.Module):
+    """Decoder-only Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
+
+    ``forward(idx, cache)`` with a :class:`~zoo.attention.KVCache` (from :meth:`init_cache`) decodes
+    incrementally: ``idx`` then holds only the new positions, which start at ``cache.seq_len``.
+
+    Raises:
+        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+    """
+
+    model_type = "transformer_lm"
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        if config.position == "learned":
+            self.pos_emb = nn.Embedding(config.max_seq_len, config.d_model)
+        else:
+            pe = sinusoidal_positions(config.max_seq_len, config.d_model)
+            self.register_buffer("pos_table", pe, persistent=False)  # (max_seq_len, C)
+        self.emb_dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(config, self.build_attention(i)) for i in range(config.n_layers)
+        )
+        # post-norm already ends every block with a LayerNorm
+        self.norm_f = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" \
+            else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+        if config.tie_weights:
+            self.lm_head.weight = self.tok_emb.weight
+
+    def build_attention(self, layer: int) -> nn.Module:
+        """The attention module of block ``layer``: the seam other families override."""
+        c = self.config
+        return CausalSelfAttention(c.d_model, c.n_heads, c.dropout, c.bias)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        c = self.config
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = 0.02
+                if name.endswith(("attention.out_proj", "ff.w2")):
+                    std /= math.sqrt(2 * c.n_layers)
+                nn.init.normal_(module.weight, 0.0, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+        if c.scale_embeddings:  # unit-variance inputs after the sqrt(d_model) scaling
+            nn.init.normal_(self.tok_emb.weight, 0.0, c.d_model**-0.5)
+
+    def init_cache(self, batch_size: int | None = None) -> KVCache:
+        """An empty key/value cache for incremental decoding (buffers are allocated lazily)."""
+        return KVCache(self.config.n_layers, self.config.max_seq_len)
+
+    def embed(self, idx: Tensor, start: int = 0) -> Tensor:
+        """Token plus position embeddings of ``idx`` ``(B, T)`` at positions ``start..start+T-1``."""
+        c = self.config
+        T = idx.shape[1]
+        if start + T > c.max_seq_len:
+            past = f"{start} cached + {T} new" if start else f"{T}"
+            raise ValueError(
+                f"sequence of {past} positions is longer than max_seq_len={c.max_seq_len}. "
+                "Pass a shorter input (or truncate the prompt), or build the model with a larger "
+                "max_seq_len."
+            )
+        x = self.tok_emb(idx)  # (B, T, C)
+        if c.scale_embeddings:
+            x = x * math.sqrt(c.d_model)
+        if c.position == "learned":
+            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
+        else:
+            x = x + self.pos_table[start : start + T].to(x.dtype)
+        return self.emb_dropout(x)
+
+    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        x = self.embed(idx, cache.seq_len if cache is not None else 0)  # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache is not None else None)
+        return self.lm_head(self.norm_f(x))  # (B, T, V)
+
+    def loss(self, idx: Tensor, targets: Tensor) -> Tensor:
+        """Mean next-token cross-entropy in nats; targets equal to -100 are ignored."""
+        logits = self(idx)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+
+
+# --- presets -------------------------------------------------------------------------------------
+_BYTE = dict(vocab_size=256, activation="gelu", norm="pre", position="sinusoidal")
+
+register_preset(
+    "transformer_lm_tiny", TransformerLM,
+    TransformerConfig(**_BYTE, max_seq_len=128, d_model=64, n_layers=2, n_heads=4, d_ff=256,
+                      dropout=0.0),
+    "byte-level, 2 layers, d=64: for tests and smoke runs",
+)
+register_preset(
+    "transformer_lm_small", TransformerLM,
+    TransformerConfig(**_BYTE, max_seq_len=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024,
+                      dropout=0.0),
+    "byte-level, 4 layers, d=256: trains on 2 CPU cores in minutes",
+)
+register_preset(
+    "transformer_lm_base", TransformerLM,
+    TransformerConfig(**_BYTE, max_seq_len=1024, d_model=512, n_layers=8, n_heads=8, d_ff=2048,
+                      dropout=0.1),
+    "byte-level, 8 layers, d=512: a GPU-sized model",
+)
+register_preset(
+    "transformer_lm_post_norm", TransformerLM,
+    TransformerConfig(vocab_size=256, max_seq_len=512, d_model=512, n_layers=6, n_heads=8,
+                      d_ff=2048, dropout=0.1, activation="relu", norm="post"),
+    "the paper's decoder stack: post-norm, ReLU, sinusoidal, d=512, 6 layers (base sizes)",
+)

@@ -1,0 +1,169 @@
+"""Saving and loading models as ``config.json`` + ``model.safetensors`` (never pickles).
+
+``config.json`` holds ``{"model_type": ..., "config": {...}, "zoo_version": ...}``; ``model_type``
+selects the registered class, ``config`` its dataclass fields. Weights are written with
+``safetensors.torch.save_model``, which stores tied weights once. Loading checks every tensor name and
+shape against the model the config describes, so a corrupt file or a config that does not match its
+weights gives a :class:`~zoo.errors.CheckpointError` saying which, never a stack trace from deep in
+torch. Writes go to a temporary file renamed into place, so an interrupted save never leaves a
+half-written checkpoint under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ClassVar
+
+import safetensors
+import safetensors.torch
+import torch
+from torch import nn
+
+from zoo.config import ModelConfig
+from zoo.errors import CheckpointError, ConfigError, UnknownModelError
+from zoo.registry import get_model_class
+
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PretrainedMixin", "from_pretrained"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@contextmanager
+def _atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; rename it to ``final`` only if the block succeeds."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class PretrainedMixin:
+    """``save_pretrained`` / ``num_parameters`` for zoo models.
+
+    A model class sets ``model_type`` (its key in ``config.json``) and ``config_class``, keeps its
+    config as ``self.config``, and is constructed as ``cls(config)``.
+    """
+
+    model_type: ClassVar[str]
+    config_class: ClassVar[type[ModelConfig]]
+    config: ModelConfig
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed).
+
+        Returns the directory. Tensors are saved in their current dtype.
+        """
+        from zoo import __version__
+
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        assert isinstance(self, nn.Module)
+        meta = {"model_type": self.model_type, "config": self.config.to_dict(), "zoo_version": __version__}
+        with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+            safetensors.torch.save_model(self, str(tmp), metadata={"format": "pt"})
+        with _atomic_path(directory / CONFIG_NAME) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        return directory
+
+    def num_parameters(self) -> int:
+        """Number of trainable parameters (tied weights counted once)."""
+        assert isinstance(self, nn.Module)
+        return sum(p.numel() for p in self.parameters())
+
+
+def _read_config(path: Path) -> tuple[type[nn.Module], ModelConfig]:
+    try:
+        meta = json.loads(path.read_text())
+        model_type, values = meta["model_type"], meta["config"]
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing: a saved model directory holds {CONFIG_NAME} and "
+                              f"{WEIGHTS_NAME} (written by model.save_pretrained).") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path} is not a valid zoo config ({type(e).__name__}: {e}); "
+                              "it needs 'model_type' and 'config' keys.") from None
+    try:
+        cls = get_model_class(model_type)
+        config = cls.config_class.from_dict(values)  # type: ignore[attr-defined]
+    except (UnknownModelError, ConfigError, TypeError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return cls, config
+
+
+def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
+    """Load a safetensors file into ``model`` in place, checking every name and shape.
+
+    Raises:
+        CheckpointError: the file is unreadable (truncated, corrupt, not safetensors) or its tensors
+            do not match the model's parameters and buffers.
+    """
+    weights = Path(weights)
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} is missing.")
+    try:
+        with safetensors.safe_open(str(weights), framework="pt") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except Exception as e:  # safetensors raises several types for a damaged header
+        raise CheckpointError(
+            f"{weights} is not a readable safetensors file ({type(e).__name__}: {e}). It is "
+            "truncated or corrupt: download it again or re-save the model."
+        ) from None
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    wrong = [f"{n}: file {shapes[n]} vs model {expected[n]}"
+             for n in shapes.keys() & expected.keys() if shapes[n] != expected[n]]
+    unexpected = sorted(shapes.keys() - expected.keys())
+    if wrong or unexpected:
+        raise CheckpointError(
+            f"{weights} does not match the model its config describes: "
+            + (f"shape mismatches {sorted(wrong)[:5]} " if wrong else "")
+            + (f"unexpected tensors {unexpected[:5]} " if unexpected else "")
+            + "— the config and weights come from different models."
+        )
+    try:
+        missing, _ = safetensors.torch.load_model(model, str(weights), strict=False)
+    except Exception as e:  # data section shorter than the header promises, etc.
+        raise CheckpointError(f"{weights} could not be read ({type(e).__name__}: {e}); "
+                              "it is truncated or corrupt: download it again.") from None
+    if missing:
+        raise CheckpointError(f"{weights} lacks tensors the model needs: {sorted(missing)[:5]} — "
+                              "the config and weights come from different models.")
+
+
+def from_pretrained(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Load a model saved by ``save_pretrained`` from a local directory, in eval mode.
+
+    Args:
+        path: directory holding ``config.json`` and ``model.safetensors``.
+        device: where to put the model (default: CPU).
+        dtype: cast floating-point weights to this dtype (default: as saved).
+
+    Raises:
+        CheckpointError: missing files, a corrupt weights file, or weights that do not match the config.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{str(path)!r} is not a directory. from_pretrained takes a directory written by "
+            f"model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME})."
+        )
+    cls, config = _read_config(directory / CONFIG_NAME)
+    model = cls(config)
+    load_weights(model, directory / WEIGHTS_NAME)
+    if device is not None or dtype is not None:
+        model.to(device=device, dtype=dtype)
+    return model.eval()
+

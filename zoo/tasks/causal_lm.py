@@ -1,0 +1,142 @@
+"""The causal language-modelling LightningModule shared by every decoder-only family.
+
+It wraps any registered model (``model="transformer_lm_small"``, later ``sparse_transformer_*`` and
+``routing_transformer_*``), trains it with next-token cross-entropy in nats, and reports bits per byte
+through :class:`zoo.metrics.BitsPerByte`. Optimisation: AdamW (weight decay on matrices only) with
+linear warmup then cosine decay, or the Transformer's inverse-square-root schedule (Vaswani et al.
+2017, §5.3), or a constant rate. Gradient clipping and precision are Trainer settings
+(``gradient_clip_val``, ``precision``).
+
+Logged: ``train/loss`` (nats/token), ``train/bpb``, ``train/lr``, ``val/loss``, ``val/bpb``,
+``test/loss``, ``test/bpb``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning import LightningModule
+from torch import Tensor
+
+from zoo.metrics import BitsPerByte
+from zoo.registry import create_model
+
+__all__ = ["CausalLM", "lr_lambda"]
+
+
+def lr_lambda(
+    schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1
+):
+    """The multiplier of the peak learning rate at optimizer step ``s`` (0-based).
+
+    - ``cosine``: linear warmup to 1 over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` at
+      ``total_steps``.
+    - ``inverse_sqrt``: the Transformer's ``min(s / warmup, sqrt(warmup / s))`` (paper §5.3: with peak
+      ``lr = d_model^-0.5 * warmup^-0.5`` this is exactly ``d_model^-0.5 min(s^-0.5, s warmup^-1.5)``).
+    - ``constant``: linear warmup, then 1.
+    """
+    warmup = max(1, warmup_steps)
+
+    def f(step: int) -> float:
+        s = step + 1
+        if schedule == "inverse_sqrt":
+            return min(s / warmup, math.sqrt(warmup / s))
+        if s <= warmup:
+            return s / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (s - warmup) / max(1, total_steps - warmup))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+class CausalLM(LightningModule):
+    """Next-token prediction for any registered decoder-only model.
+
+    Args:
+        model: a registered model name (``zoo.list_models()``).
+        model_config: overrides of that model's config fields (unknown keys are an error).
+        lr: peak learning rate.
+        weight_decay: AdamW weight decay, applied to weight matrices only (not biases, norms).
+        betas: AdamW betas.
+        eps: AdamW epsilon.
+        warmup_steps: linear warmup length in optimizer steps.
+        lr_schedule: ``cosine``, ``inverse_sqrt`` (the Transformer's) or ``constant``.
+        min_lr_ratio: final learning rate of the cosine schedule as a fraction of ``lr``.
+
+    Batches are ``(x, y)``: int64 ``(B, T)`` inputs and targets, ``-100`` marking unscored targets.
+    """
+
+    def __init__(
+        self,
+        model: str = "transformer_lm_small",
+        model_config: dict[str, Any] | None = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        warmup_steps: int = 100,
+        lr_schedule: Literal["cosine", "inverse_sqrt", "constant"] = "cosine",
+        min_lr_ratio: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = create_model(model, **(model_config or {}))
+        self.train_bpb, self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte(), BitsPerByte()
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.model(idx)
+
+    def _nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """Summed NLL in nats (fp32) and the number of scored targets."""
+        x, y = batch
+        logits = self.model(x)  # (B, T, V)
+        nll_sum = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100,
+                                  reduction="sum")
+        return nll_sum, (y != -100).sum()
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        nll_sum, count = self._nll(batch)
+        loss = nll_sum / count.clamp(min=1)
+        self.train_bpb(nll_sum, count)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/bpb", self.train_bpb, prog_bar=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: BitsPerByte) -> None:
+        nll_sum, count = self._nll(batch)
+        metric.update(nll_sum, count)
+        # the loss is averaged over targets, not batches: log it from the metric's own sums
+        self.log(f"{stage}/bpb", metric, prog_bar=True, on_step=False, on_epoch=True)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/loss", self.val_bpb.compute() * math.log(2), sync_dist=False)
+
+    def on_test_epoch_end(self) -> None:
+        self.log("test/loss", self.test_bpb.compute() * math.log(2), sync_dist=False)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val", self.val_bpb)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test", self.test_bpb)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        decay = [p for p in self.model.parameters() if p.requires_grad and p.ndim >= 2]
+        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.ndim < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
+        )
+        total = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
+        total = int(total) if math.isfinite(total) else hp.warmup_steps * 100
+        fn = lr_lambda(hp.lr_schedule, hp.warmup_steps, total, hp.min_lr_ratio)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
