@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 ZOO_DATA_DIR ?= $(abspath ../shared/data)
 export ZOO_DATA_DIR
 RECIPE ?= recipes/transformer_lm/pg19mini.yaml
-CKPT ?= runs/transformer_lm/pg19mini/checkpoints/best.ckpt# where RECIPE's ModelCheckpoint writes
+# where RECIPE's ModelCheckpoint writes its best checkpoint
+CKPT ?= runs/transformer_lm/pg19mini/checkpoints/best.ckpt
 PROMPT ?= It was a cold night in the village, and
 
 .PHONY: setup run test lint

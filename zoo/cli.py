@@ -20,6 +20,8 @@ from lightning.pytorch.cli import LightningCLI
 from rich.console import Console
 from rich.table import Table
 
+from zoo.errors import ZooError
+
 __all__ = ["ZooCLI", "main"]
 
 USAGE = """usage: zoo <command> [options]
@@ -51,7 +53,8 @@ class ZooCLI(LightningCLI):
 def _quiet_warnings() -> None:
     # expected on a CPU-only machine; they drown the progress bar
     for pattern in (".*does not have many workers.*", ".*GPU available but not used.*",
-                    ".*Checkpoint directory .* exists and is not empty.*"):
+                    ".*Checkpoint directory .* exists and is not empty.*",
+                    ".*isinstance.treespec, LeafSpec.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -144,8 +147,28 @@ def models_main(args: list[str]) -> None:
     Console().print(table)
 
 
+def zoo_error(exc: BaseException) -> ZooError | None:
+    """The zoo error behind ``exc``, if any (jsonargparse wraps errors raised in constructors)."""
+    while exc is not None:
+        if isinstance(exc, ZooError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of the ``zoo`` console script; zoo errors exit with status 2 and their message."""
+    try:
+        _main(list(sys.argv[1:] if argv is None else argv))
+    except Exception as e:
+        cause = zoo_error(e)
+        if cause is None:
+            raise
+        print(f"zoo: error: {cause}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _main(args: list[str]) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return

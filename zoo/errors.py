@@ -6,23 +6,33 @@ expect (``ValueError``, ``KeyError``, ``FileNotFoundError``) so ordinary ``excep
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ConfigError", "DataNotFoundError", "UnknownModelError"]
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataNotFoundError",
+    "UnknownModelError",
+    "ZooError",
+]
 
 
-class ConfigError(ValueError):
+class ZooError(Exception):
+    """Base of the zoo's own errors: the CLI prints their message instead of a stack trace."""
+
+
+class ConfigError(ZooError, ValueError):
     """A configuration has an unknown key or an invalid value."""
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(ZooError, KeyError):
     """A model name is not in the registry."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ZooError, RuntimeError):
     """A checkpoint on disk is missing, corrupt, or does not match its config."""
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(ZooError, FileNotFoundError):
     """A data set could not be found locally and could not be downloaded."""

@@ -215,7 +215,10 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
 
 # --- presets -------------------------------------------------------------------------------------
-_BYTE = dict(vocab_size=256, activation="gelu", norm="pre", position="sinusoidal")
+# GPT-2-style byte-level models: tied embeddings of std 0.02 without the sqrt(d_model) factor (with
+# it, tied output logits start with a strong bias towards repeating the input token).
+_BYTE = dict(vocab_size=256, activation="gelu", norm="pre", position="sinusoidal",
+             scale_embeddings=False)
 
 register_preset(
     "transformer_lm_tiny", TransformerLM,

@@ -1,0 +1,52 @@
+import math
+
+import pytest
+import torch
+
+from zoo.tasks import CausalLM
+from zoo.tasks.causal_lm import lr_lambda
+
+
+def test_inverse_sqrt_is_the_transformer_schedule():
+    d_model, warmup = 512, 4000
+    f = lr_lambda("inverse_sqrt", warmup, total_steps=100_000)
+    peak = d_model**-0.5 * warmup**-0.5
+    for step in (1, 100, 3999, 4000, 4001, 20000):
+        paper = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert peak * f(step - 1) == pytest.approx(paper, rel=1e-9)
+
+
+def test_cosine_warms_up_then_decays_to_the_floor():
+    f = lr_lambda("cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    assert f(0) == pytest.approx(0.1)
+    assert f(9) == pytest.approx(1.0)
+    assert f(59) == pytest.approx(0.55)
+    assert f(109) == pytest.approx(0.1)
+    assert all(f(s) >= f(s + 1) for s in range(9, 200))
+
+
+def test_training_steps_lower_the_loss():
+    torch.manual_seed(0)
+    module = CausalLM("transformer_lm_tiny", lr=3e-3)
+    x = torch.randint(0, 256, (4, 32))
+    batch = (x[:, :-1], x[:, 1:])
+    opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(20):
+        nll, count = module._nll(batch)
+        loss = nll / count
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[0] > math.log(256) - 0.5  # untrained: no better than uniform over bytes
+    assert losses[-1] < losses[0] - 1.0
+
+
+def test_ignored_targets_do_not_count():
+    module = CausalLM("transformer_lm_tiny")
+    x = torch.randint(0, 256, (2, 8))
+    y = x.clone()
+    y[:, 4:] = -100
+    nll, count = module._nll((x, y))
+    assert count.item() == 8
