@@ -35,9 +35,22 @@ def trained(tmp_path_factory, data_dir):
     cwd = os.getcwd()
     os.chdir(run)  # the recipe writes under ./runs
     try:
-        main(["fit", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-              "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
-              "--trainer.limit_val_batches", "2", "--data.init_args.data_dir", str(data_dir), *FAST])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+                "--trainer.max_steps",
+                "2",
+                "--trainer.val_check_interval",
+                "2",
+                "--trainer.limit_val_batches",
+                "2",
+                "--data.init_args.data_dir",
+                str(data_dir),
+                *FAST,
+            ]
+        )
     finally:
         os.chdir(cwd)
     return run / "runs" / "transformer_lm" / "pg19mini"
@@ -54,16 +67,41 @@ def test_two_step_fit_on_real_text(trained):
 
 def test_test_reports_bits_per_byte(trained, data_dir, capsys, monkeypatch):
     monkeypatch.chdir(trained)
-    main(["test", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-          "--ckpt_path", str(trained / "checkpoints" / "best.ckpt"),
-          "--trainer.limit_test_batches", "2", "--trainer.logger", "false",
-          "--trainer.default_root_dir", str(trained), "--data.init_args.data_dir", str(data_dir), *FAST])
+    main(
+        [
+            "test",
+            "--config",
+            str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+            "--ckpt_path",
+            str(trained / "checkpoints" / "best.ckpt"),
+            "--trainer.limit_test_batches",
+            "2",
+            "--trainer.logger",
+            "false",
+            "--trainer.default_root_dir",
+            str(trained),
+            "--data.init_args.data_dir",
+            str(data_dir),
+            *FAST,
+        ]
+    )
     assert "test/bpb" in capsys.readouterr().out
 
 
 def test_generate_from_the_checkpoint(trained, capsys):
-    args = ["generate", "--checkpoint", str(trained / "checkpoints" / "last.ckpt"),
-            "--prompt", "Once upon", "--max-new-tokens", "12", "--seed", "3", "--top-k", "5"]
+    args = [
+        "generate",
+        "--checkpoint",
+        str(trained / "checkpoints" / "last.ckpt"),
+        "--prompt",
+        "Once upon",
+        "--max-new-tokens",
+        "12",
+        "--seed",
+        "3",
+        "--top-k",
+        "5",
+    ]
     main(args)
     first = capsys.readouterr().out
     main(args)
@@ -75,17 +113,33 @@ def test_generate_errors_are_clear(tmp_path, trained, capsys):
         main(["generate", "--checkpoint", str(tmp_path / "missing.ckpt")])
     assert e.value.code == 2 and "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main(["generate", "--checkpoint", str(trained / "checkpoints" / "last.ckpt"),
-              "--prompt", "x" * 300])
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(trained / "checkpoints" / "last.ckpt"),
+                "--prompt",
+                "x" * 300,
+            ]
+        )
     assert e.value.code == 2 and "--truncate-prompt" in capsys.readouterr().err
 
 
 def test_unknown_model_config_key_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
-        main(["fit", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-              "--model.init_args.model_config", '{"n_layer": 3}', "--trainer.default_root_dir",
-              str(tmp_path), *FAST])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+                "--model.init_args.model_config",
+                '{"n_layer": 3}',
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                *FAST,
+            ]
+        )
     assert e.value.code == 2
     assert "unknown TransformerConfig key(s) ['n_layer']" in capsys.readouterr().err
 
@@ -93,9 +147,18 @@ def test_unknown_model_config_key_through_the_cli(tmp_path, monkeypatch, capsys)
 def test_unknown_model_name_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
-        main(["fit", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-              "--model.init_args.model", "transformer_lm_smal", "--trainer.default_root_dir",
-              str(tmp_path), *FAST])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+                "--model.init_args.model",
+                "transformer_lm_smal",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                *FAST,
+            ]
+        )
     assert e.value.code == 2
     assert "Did you mean 'transformer_lm_small'" in capsys.readouterr().err
 
@@ -104,8 +167,16 @@ def test_missing_data_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
     with pytest.raises(SystemExit) as e:
-        main(["validate", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-              "--data.init_args.data_dir", str(tmp_path / "nodata"), *FAST])
+        main(
+            [
+                "validate",
+                "--config",
+                str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+                "--data.init_args.data_dir",
+                str(tmp_path / "nodata"),
+                *FAST,
+            ]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "pg19mini" in err and "ZOO_DATA_DIR" in err and "Traceback" not in err
@@ -114,8 +185,15 @@ def test_missing_data_through_the_cli(tmp_path, monkeypatch, capsys):
 def test_unknown_trainer_key_is_rejected(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
-        main(["fit", "--config", str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
-              "--trainer.max_stepz", "3"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+                "--trainer.max_stepz",
+                "3",
+            ]
+        )
     assert e.value.code != 0 and "max_stepz" in capsys.readouterr().err
 
 

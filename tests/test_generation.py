@@ -27,8 +27,12 @@ def test_generation_past_max_seq_len_keeps_going(model):
 
 def test_same_seed_same_sample(model):
     prompt = torch.zeros(1, 3, dtype=torch.long)
-    runs = [generate(model, prompt, 30, top_k=50, top_p=0.95,
-                     generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    runs = [
+        generate(
+            model, prompt, 30, top_k=50, top_p=0.95, generator=torch.Generator().manual_seed(s)
+        )
+        for s in (1, 1, 2)
+    ]
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
 
@@ -52,7 +56,13 @@ def test_filter_logits_top_k_and_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isfinite(filter_logits(logits, top_k=2)).tolist() == [[True, True, False, False]]
     # 0.5 < 0.75, 0.5 + 0.3 >= 0.75: the nucleus is the first two tokens
-    assert torch.isfinite(filter_logits(logits, top_p=0.75)).tolist() == [[True, True, False, False]]
-    assert torch.isfinite(filter_logits(logits, top_p=0.4)).tolist() == [[True, False, False, False]]
+    assert torch.isfinite(filter_logits(logits, top_p=0.75)).tolist() == [
+        [True, True, False, False]
+    ]
+    assert torch.isfinite(filter_logits(logits, top_p=0.4)).tolist() == [
+        [True, False, False, False]
+    ]
     shuffled = logits[:, [2, 0, 3, 1]]
-    assert torch.isfinite(filter_logits(shuffled, top_p=0.75)).tolist() == [[False, True, False, True]]
+    assert torch.isfinite(filter_logits(shuffled, top_p=0.75)).tolist() == [
+        [False, True, False, True]
+    ]

@@ -7,7 +7,9 @@ from zoo.errors import ConfigError, UnknownModelError
 def test_list_models_sorted_and_filterable():
     names = zoo.list_models()
     assert names == sorted(names)
-    assert zoo.list_models("transformer_lm_*") == [n for n in names if n.startswith("transformer_lm_")]
+    assert zoo.list_models("transformer_lm_*") == [
+        n for n in names if n.startswith("transformer_lm_")
+    ]
 
 
 def test_create_model_applies_overrides():

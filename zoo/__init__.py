@@ -1,10 +1,10 @@
 """attention-zoo: long-sequence attention models with pretrained checkpoints.
 
-    import zoo
-    zoo.list_models()
-    model = zoo.create_model("transformer_lm_small")
-    model.save_pretrained("out/")
-    model = zoo.from_pretrained("out/")
+import zoo
+zoo.list_models()
+model = zoo.create_model("transformer_lm_small")
+model.save_pretrained("out/")
+model = zoo.from_pretrained("out/")
 """
 
 __version__ = "0.1.0"

@@ -24,11 +24,15 @@ class TrainingSummary(Callback):
         self.start: float | None = None
         self.end: float | None = None
 
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
+    ) -> None:
         if self.start is None:
             self.start = time.perf_counter()
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         self.tokens += batch[0].numel() * trainer.world_size
         self.end = time.perf_counter()
         if self.start is not None and self.end > self.start:

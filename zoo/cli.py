@@ -1,6 +1,6 @@
 """The ``zoo`` command.
 
-- ``zoo fit | validate | test | predict --config recipes/...yaml``: LightningCLI (jsonargparse), so every
+- ``zoo fit | validate | test --config recipes/...yaml``: LightningCLI (jsonargparse), so every
   constructor argument of the LightningModule, DataModule and Trainer is a flag or a YAML key, and
   ``--print_config`` prints the resolved config.
 - ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``)
@@ -27,9 +27,9 @@ __all__ = ["ZooCLI", "main"]
 USAGE = """usage: zoo <command> [options]
 
 commands:
-  fit | validate | test | predict   train and evaluate with Lightning (see `zoo fit --help`)
-  generate                          sample text from a checkpoint (see `zoo generate --help`)
-  models                            list the registered models
+  fit | validate | test   train and evaluate with Lightning (see `zoo fit --help`)
+  generate                sample text from a checkpoint (see `zoo generate --help`)
+  models                  list the registered models
 
 example:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
@@ -52,9 +52,12 @@ class ZooCLI(LightningCLI):
 
 def _quiet_warnings() -> None:
     # expected on a CPU-only machine; they drown the progress bar
-    for pattern in (".*does not have many workers.*", ".*GPU available but not used.*",
-                    ".*Checkpoint directory .* exists and is not empty.*",
-                    ".*isinstance.treespec, LeafSpec.*"):
+    for pattern in (
+        ".*does not have many workers.*",
+        ".*GPU available but not used.*",
+        ".*Checkpoint directory .* exists and is not empty.*",
+        ".*isinstance.treespec, LeafSpec.*",
+    ):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -87,19 +90,26 @@ def load_for_generation(checkpoint: str, device: str = "cpu"):
     if path.is_dir():
         return from_pretrained(path, device=device)
     if not path.is_file():
-        raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit` or a "
-                              "directory written by save_pretrained.")
+        raise CheckpointError(
+            f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit` or a "
+            "directory written by save_pretrained."
+        )
     try:
         module = CausalLM.load_from_checkpoint(path, map_location=device)
     except Exception as e:
-        raise CheckpointError(f"could not load {checkpoint} as a CausalLM checkpoint "
-                              f"({type(e).__name__}: {e})") from None
+        raise CheckpointError(
+            f"could not load {checkpoint} as a CausalLM checkpoint ({type(e).__name__}: {e})"
+        ) from None
     return module.model.eval()
 
 
 def generate_main(args: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="zoo generate", description="Sample text from a trained model.")
-    parser.add_argument("--checkpoint", required=True, help="a .ckpt from `zoo fit` or a save_pretrained directory")
+    parser = argparse.ArgumentParser(
+        prog="zoo generate", description="Sample text from a trained model."
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, help="a .ckpt from `zoo fit` or a save_pretrained directory"
+    )
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
@@ -107,8 +117,11 @@ def generate_main(args: list[str]) -> None:
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-samples", type=int, default=1)
-    parser.add_argument("--truncate-prompt", action="store_true",
-                        help="keep the last max_seq_len tokens of a long prompt instead of failing")
+    parser.add_argument(
+        "--truncate-prompt",
+        action="store_true",
+        help="keep the last max_seq_len tokens of a long prompt instead of failing",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ns = parser.parse_args(args)
 
@@ -124,8 +137,16 @@ def generate_main(args: list[str]) -> None:
     prompt = torch.tensor([tokenizer.encode(ns.prompt)] * ns.num_samples, device=ns.device)
     generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
     try:
-        out = generate(model, prompt, ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
-                       top_p=ns.top_p, generator=generator, truncate_prompt=ns.truncate_prompt)
+        out = generate(
+            model,
+            prompt,
+            ns.max_new_tokens,
+            temperature=ns.temperature,
+            top_k=ns.top_k,
+            top_p=ns.top_p,
+            generator=generator,
+            truncate_prompt=ns.truncate_prompt,
+        )
     except ValueError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     for i, row in enumerate(out):
@@ -177,8 +198,10 @@ def _main(args: list[str]) -> None:
         generate_main(rest)
     elif command == "models":
         models_main(rest)
-    elif command in ("fit", "validate", "test", "predict"):
+    elif command in ("fit", "validate", "test"):
         run_lightning(args)
+    elif command == "predict":
+        sys.exit("zoo predict: to sample text use `zoo generate --checkpoint CKPT --prompt TEXT`")
     else:
         sys.exit(f"zoo: unknown command {command!r}\n\n{USAGE}")
 

@@ -40,8 +40,7 @@ class ModelConfig:
         if unknown:
             hints = "".join(suggest(k, valid) for k in unknown)
             raise ConfigError(
-                f"unknown {cls.__name__} key(s) {unknown}.{hints} "
-                f"Valid keys: {', '.join(valid)}."
+                f"unknown {cls.__name__} key(s) {unknown}.{hints} Valid keys: {', '.join(valid)}."
             )
 
     @classmethod

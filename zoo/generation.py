@@ -70,7 +70,9 @@ def generate(
     """
     max_len = model.config.max_seq_len
     if prompt.ndim != 2 or prompt.shape[1] == 0:
-        raise ValueError(f"prompt must be (batch, length) with length >= 1, got {tuple(prompt.shape)}")
+        raise ValueError(
+            f"prompt must be (batch, length) with length >= 1, got {tuple(prompt.shape)}"
+        )
     if prompt.shape[1] > max_len:
         if not truncate_prompt:
             raise ValueError(

@@ -68,7 +68,11 @@ class PretrainedMixin:
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
         assert isinstance(self, nn.Module)
-        meta = {"model_type": self.model_type, "config": self.config.to_dict(), "zoo_version": __version__}
+        meta = {
+            "model_type": self.model_type,
+            "config": self.config.to_dict(),
+            "zoo_version": __version__,
+        }
         with _atomic_path(directory / WEIGHTS_NAME) as tmp:
             safetensors.torch.save_model(self, str(tmp), metadata={"format": "pt"})
         with _atomic_path(directory / CONFIG_NAME) as tmp:
@@ -86,11 +90,15 @@ def _read_config(path: Path) -> tuple[type[nn.Module], ModelConfig]:
         meta = json.loads(path.read_text())
         model_type, values = meta["model_type"], meta["config"]
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing: a saved model directory holds {CONFIG_NAME} and "
-                              f"{WEIGHTS_NAME} (written by model.save_pretrained).") from None
+        raise CheckpointError(
+            f"{path} is missing: a saved model directory holds {CONFIG_NAME} and "
+            f"{WEIGHTS_NAME} (written by model.save_pretrained)."
+        ) from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{path} is not a valid zoo config ({type(e).__name__}: {e}); "
-                              "it needs 'model_type' and 'config' keys.") from None
+        raise CheckpointError(
+            f"{path} is not a valid zoo config ({type(e).__name__}: {e}); "
+            "it needs 'model_type' and 'config' keys."
+        ) from None
     try:
         cls = get_model_class(model_type)
         config = cls.config_class.from_dict(values)  # type: ignore[attr-defined]
@@ -118,8 +126,11 @@ def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
             "truncated or corrupt: download it again or re-save the model."
         ) from None
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    wrong = [f"{n}: file {shapes[n]} vs model {expected[n]}"
-             for n in shapes.keys() & expected.keys() if shapes[n] != expected[n]]
+    wrong = [
+        f"{n}: file {shapes[n]} vs model {expected[n]}"
+        for n in shapes.keys() & expected.keys()
+        if shapes[n] != expected[n]
+    ]
     unexpected = sorted(shapes.keys() - expected.keys())
     if wrong or unexpected:
         raise CheckpointError(
@@ -131,11 +142,15 @@ def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
     try:
         missing, _ = safetensors.torch.load_model(model, str(weights), strict=False)
     except Exception as e:  # data section shorter than the header promises, etc.
-        raise CheckpointError(f"{weights} could not be read ({type(e).__name__}: {e}); "
-                              "it is truncated or corrupt: download it again.") from None
+        raise CheckpointError(
+            f"{weights} could not be read ({type(e).__name__}: {e}); "
+            "it is truncated or corrupt: download it again."
+        ) from None
     if missing:
-        raise CheckpointError(f"{weights} lacks tensors the model needs: {sorted(missing)[:5]} — "
-                              "the config and weights come from different models.")
+        raise CheckpointError(
+            f"{weights} lacks tensors the model needs: {sorted(missing)[:5]} — "
+            "the config and weights come from different models."
+        )
 
 
 def from_pretrained(
@@ -166,4 +181,3 @@ def from_pretrained(
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     return model.eval()
-

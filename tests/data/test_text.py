@@ -24,9 +24,15 @@ from zoo.errors import DataNotFoundError
 def test_embedded_pg19mini_split_equals_splits_tsv(data_dir):
     with open(data_dir / "pg19mini" / "splits.tsv") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    by_split = {s: sorted(int(r["ebook"]) for r in rows if r["split"] == s) for s in ("train", "valid", "test")}
-    assert by_split == {"train": sorted(PG19MINI_TRAIN), "valid": sorted(PG19MINI_VALID),
-                        "test": sorted(PG19MINI_TEST)}
+    by_split = {
+        s: sorted(int(r["ebook"]) for r in rows if r["split"] == s)
+        for s in ("train", "valid", "test")
+    }
+    assert by_split == {
+        "train": sorted(PG19MINI_TRAIN),
+        "valid": sorted(PG19MINI_VALID),
+        "test": sorted(PG19MINI_TEST),
+    }
 
 
 def test_pg19mini_books_are_read_whole(data_dir):
@@ -54,7 +60,11 @@ def test_enwik8_standard_split_from_a_zip(tmp_path):
         zf.writestr("enwik8", data)
     assert read_enwik8_zip(path) == data
     splits = load_byte_corpus("enwik8", data_dir=tmp_path)
-    assert [len(splits[s][0]) for s in ("train", "valid", "test")] == [90_000_000, 5_000_000, 5_000_000]
+    assert [len(splits[s][0]) for s in ("train", "valid", "test")] == [
+        90_000_000,
+        5_000_000,
+        5_000_000,
+    ]
     assert splits["valid"][0][:2] == bytes([90_000_000 % 256, (90_000_000 + 1) % 256])
     assert splits["test"][0][-1] == (100_000_000 - 1) % 256
 
@@ -95,7 +105,7 @@ def test_eval_windows_score_every_byte_exactly_once(seq_len):
     rng = np.random.default_rng(0)
     docs = [rng.integers(0, 256, n).astype(np.uint8) for n in (1, 2, 16, 17, 33)]
     ds = EvalWindows(docs, seq_len)
-    xs, ys = zip(*(ds[i] for i in range(len(ds))))
+    xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)
     x, y = torch.stack(xs), torch.stack(ys)
     assert x.shape == y.shape == (len(ds), seq_len)
     scored = y[y != -100]
@@ -103,7 +113,7 @@ def test_eval_windows_score_every_byte_exactly_once(seq_len):
     assert scored.tolist() == expected.tolist()
     assert len(scored) == ds.num_targets
     # every scored target is preceded (in its window) by its true context byte
-    for xi, yi, (d, start) in zip(x, y, ds.index):
+    for xi, yi, (d, start) in zip(x, y, ds.index, strict=True):
         n = int((yi != -100).sum())
         assert xi[:n].tolist() == docs[d][start : start + n].tolist()
 

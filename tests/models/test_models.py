@@ -58,7 +58,9 @@ def test_causality(name):
         changed[0, t] = (changed[0, t] + 1) % model.config.vocab_size
         out = model(changed)
         torch.testing.assert_close(out[:, :t], base[:, :t], rtol=0, atol=1e-6)
-        assert not torch.allclose(out[:, t], base[:, t]), "the changed token must affect its own logits"
+        assert not torch.allclose(out[:, t], base[:, t]), (
+            "the changed token must affect its own logits"
+        )
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -20,8 +20,9 @@ def test_sinusoidal_positions_match_the_paper_formula():
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("position", ["sinusoidal", "learned"])
 def test_variants_build_and_run(norm, position):
-    config = TransformerConfig(max_seq_len=16, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                               norm=norm, position=position)
+    config = TransformerConfig(
+        max_seq_len=16, d_model=16, n_layers=1, n_heads=2, d_ff=32, norm=norm, position=position
+    )
     model = TransformerLM(config)
     assert model(torch.randint(0, 256, (1, 16))).shape == (1, 16, 256)
     assert hasattr(model, "pos_emb") == (position == "learned")

@@ -53,13 +53,16 @@ IGNORE_INDEX = -100
 # download path knows it too).
 PG19MINI_VALID = (174, 1400)
 PG19MINI_TEST = (84, 768, 2641)
+# fmt: off
 PG19MINI_TRAIN = (
     11, 16, 23, 33, 35, 36, 43, 46, 74, 76, 98, 105, 110, 120, 135, 145, 147, 158, 161, 175, 205,
-    219, 236, 244, 345, 514, 730, 766, 829, 844, 963, 996, 1023, 1080, 1184, 1232, 1342, 1497, 1513,
-    1661, 1952, 1998, 2097, 2542, 2554, 2591, 2701, 2814, 3207, 3300, 3600, 6130, 14264, 20203, 28054,
+    219, 236, 244, 345, 514, 730, 766, 829, 844, 963, 996, 1023, 1080, 1184, 1232, 1342, 1497,
+    1513, 1661, 1952, 1998, 2097, 2542, 2554, 2591, 2701, 2814, 3207, 3300, 3600, 6130, 14264,
+    20203, 28054,
 )
+# fmt: on
 URLS = {
-    "tinyshakespeare": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+    "tinyshakespeare": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",  # noqa: E501
     "enwik8": "http://mattmahoney.net/dc/enwik8.zip",
     "pg19mini": "https://www.gutenberg.org/cache/epub/{ebook}/pg{ebook}.txt",
 }
@@ -128,7 +131,9 @@ def _read(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _split_in_order(data: bytes, fractions: tuple[float, float] = (0.90, 0.95)) -> dict[str, list[bytes]]:
+def _split_in_order(
+    data: bytes, fractions: tuple[float, float] = (0.90, 0.95)
+) -> dict[str, list[bytes]]:
     a, b = (int(len(data) * f) for f in fractions)
     return {"train": [data[:a]], "valid": [data[a:b]], "test": [data[b:]]}
 
@@ -144,8 +149,11 @@ def split_enwik8(data: bytes) -> dict[str, list[bytes]]:
             f"enwik8 must be exactly {ENWIK8_BYTES:,} bytes for the standard 90M/5M/5M split, got "
             f"{len(data):,}. For a prefix of the file use dataset='enwik8_prefix'."
         )
-    return {"train": [data[:90_000_000]], "valid": [data[90_000_000:95_000_000]],
-            "test": [data[95_000_000:]]}
+    return {
+        "train": [data[:90_000_000]],
+        "valid": [data[90_000_000:95_000_000]],
+        "test": [data[95_000_000:]],
+    }
 
 
 def read_enwik8_zip(path: Path) -> bytes:
@@ -168,8 +176,12 @@ def _pg19mini(data_dir, download: bool, splits: Sequence[str]) -> dict[str, list
             path = _find("pg19mini", names, data_dir)
             if path is None:
                 if not download:
-                    raise _not_found("pg19mini", names, data_dir,
-                                     "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped).")
+                    raise _not_found(
+                        "pg19mini",
+                        names,
+                        data_dir,
+                        "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped).",
+                    )
                 url = URLS["pg19mini"].format(ebook=ebook)
                 path = _download(url, cache_dir() / "pg19mini" / f"{ebook}.txt")
             docs.append(_read(path))
@@ -235,8 +247,10 @@ class RandomWindows(Dataset):
 
     def __init__(self, data: np.ndarray, seq_len: int, num_samples: int, seed: int = 0) -> None:
         if len(data) < seq_len + 1:
-            raise ValueError(f"the training split has {len(data)} bytes, fewer than seq_len + 1 = "
-                             f"{seq_len + 1}; use a shorter seq_len or more data")
+            raise ValueError(
+                f"the training split has {len(data)} bytes, fewer than seq_len + 1 = "
+                f"{seq_len + 1}; use a shorter seq_len or more data"
+            )
         self.data, self.seq_len, self.num_samples, self.seed = data, seq_len, num_samples, seed
 
     def __len__(self) -> int:
@@ -297,7 +311,9 @@ class ByteTextDataModule(LightningDataModule):
 
     def __init__(
         self,
-        dataset: Literal["pg19mini", "enwik8", "enwik8_prefix", "tinyshakespeare", "text_file"] = "pg19mini",
+        dataset: Literal[
+            "pg19mini", "enwik8", "enwik8_prefix", "tinyshakespeare", "text_file"
+        ] = "pg19mini",
         data_dir: str | None = None,
         path: str | None = None,
         seq_len: int | None = None,
@@ -324,7 +340,9 @@ class ByteTextDataModule(LightningDataModule):
             module = self.trainer.lightning_module if self.trainer is not None else None
             model = getattr(module, "model", None)
             if model is None:
-                raise ValueError("seq_len is not set and there is no model to take max_seq_len from")
+                raise ValueError(
+                    "seq_len is not set and there is no model to take max_seq_len from"
+                )
             self.seq_len = model.config.max_seq_len
         return self.seq_len
 
@@ -333,12 +351,21 @@ class ByteTextDataModule(LightningDataModule):
             load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path, download=True)
 
     def setup(self, stage: str | None = None) -> None:
-        needed = {"fit": ("train", "valid"), "validate": ("valid",), "test": ("test",),
-                  "predict": ("test",)}.get(stage or "", ("train", "valid", "test"))
+        needed = {
+            "fit": ("train", "valid"),
+            "validate": ("valid",),
+            "test": ("test",),
+            "predict": ("test",),
+        }.get(stage or "", ("train", "valid", "test"))
         missing = [s for s in needed if s not in self.splits]
         if missing:
-            docs = load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path,
-                                    download=self.download, splits=missing)
+            docs = load_byte_corpus(
+                self.dataset,
+                data_dir=self.data_dir,
+                path=self.path,
+                download=self.download,
+                splits=missing,
+            )
             for split, raw in docs.items():
                 self.splits[split] = [np.frombuffer(d, dtype=np.uint8) for d in raw]
         self._resolve_seq_len()
@@ -351,13 +378,20 @@ class ByteTextDataModule(LightningDataModule):
         seq_len = self._resolve_seq_len()
         n = self.train_samples_per_epoch or max(1, len(stream) // seq_len)
         ds = RandomWindows(stream, seq_len, n, seed=self.seed)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            ds,
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def _eval_loader(self, split: Split) -> DataLoader:
         ds = EvalWindows(self.splits[split], self._resolve_seq_len())
-        return DataLoader(ds, batch_size=self.eval_batch_size, shuffle=False,
-                          num_workers=self.num_workers)
+        return DataLoader(
+            ds, batch_size=self.eval_batch_size, shuffle=False, num_workers=self.num_workers
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("valid")

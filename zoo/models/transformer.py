@@ -58,8 +58,11 @@ class TransformerConfig(ModelConfig):
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        choices = {"activation": ("gelu", "relu"), "norm": ("pre", "post"),
-                   "position": ("sinusoidal", "learned")}
+        choices = {
+            "activation": ("gelu", "relu"),
+            "norm": ("pre", "post"),
+            "position": ("sinusoidal", "learned"),
+        }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {allowed}")
@@ -89,7 +92,9 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
 class FeedForward(nn.Module):
     """Position-wise ``W2 act(W1 x + b1) + b2``: ``(..., C) -> (..., C)``."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True
+    ) -> None:
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w2 = nn.Linear(d_ff, d_model, bias=bias)
@@ -150,8 +155,11 @@ class TransformerLM(PretrainedMixin, nn.Module):
             TransformerBlock(config, self.build_attention(i)) for i in range(config.n_layers)
         )
         # post-norm already ends every block with a LayerNorm
-        self.norm_f = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm == "pre" \
+        self.norm_f = (
+            nn.LayerNorm(config.d_model, config.layer_norm_eps)
+            if config.norm == "pre"
             else nn.Identity()
+        )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.reset_parameters()
         if config.tie_weights:
@@ -215,32 +223,51 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
 
 # --- presets -------------------------------------------------------------------------------------
-# GPT-2-style byte-level models: tied embeddings of std 0.02 without the sqrt(d_model) factor (with
-# it, tied output logits start with a strong bias towards repeating the input token).
-_BYTE = dict(vocab_size=256, activation="gelu", norm="pre", position="sinusoidal",
-             scale_embeddings=False)
+# GPT-2-style byte-level models: learned positions and tied embeddings of std 0.02, without the
+# sqrt(d_model) factor. (Sinusoidal positions of magnitude ~1 need that factor, or they swamp
+# 0.02-scale token embeddings: measured on pg19mini, 200 steps of the default recipe gave 4.56 val
+# bits/byte unscaled vs 3.68 scaled sinusoidal vs 3.60 learned.)
+_BYTE = dict(
+    vocab_size=256, activation="gelu", norm="pre", position="learned", scale_embeddings=False
+)
 
 register_preset(
-    "transformer_lm_tiny", TransformerLM,
-    TransformerConfig(**_BYTE, max_seq_len=128, d_model=64, n_layers=2, n_heads=4, d_ff=256,
-                      dropout=0.0),
+    "transformer_lm_tiny",
+    TransformerLM,
+    TransformerConfig(
+        **_BYTE, max_seq_len=128, d_model=64, n_layers=2, n_heads=4, d_ff=256, dropout=0.0
+    ),
     "byte-level, 2 layers, d=64: for tests and smoke runs",
 )
 register_preset(
-    "transformer_lm_small", TransformerLM,
-    TransformerConfig(**_BYTE, max_seq_len=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024,
-                      dropout=0.0),
+    "transformer_lm_small",
+    TransformerLM,
+    TransformerConfig(
+        **_BYTE, max_seq_len=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.0
+    ),
     "byte-level, 4 layers, d=256: trains on 2 CPU cores in minutes",
 )
 register_preset(
-    "transformer_lm_base", TransformerLM,
-    TransformerConfig(**_BYTE, max_seq_len=1024, d_model=512, n_layers=8, n_heads=8, d_ff=2048,
-                      dropout=0.1),
+    "transformer_lm_base",
+    TransformerLM,
+    TransformerConfig(
+        **_BYTE, max_seq_len=1024, d_model=512, n_layers=8, n_heads=8, d_ff=2048, dropout=0.1
+    ),
     "byte-level, 8 layers, d=512: a GPU-sized model",
 )
 register_preset(
-    "transformer_lm_post_norm", TransformerLM,
-    TransformerConfig(vocab_size=256, max_seq_len=512, d_model=512, n_layers=6, n_heads=8,
-                      d_ff=2048, dropout=0.1, activation="relu", norm="post"),
+    "transformer_lm_post_norm",
+    TransformerLM,
+    TransformerConfig(
+        vocab_size=256,
+        max_seq_len=512,
+        d_model=512,
+        n_layers=6,
+        n_heads=8,
+        d_ff=2048,
+        dropout=0.1,
+        activation="relu",
+        norm="post",
+    ),
     "the paper's decoder stack: post-norm, ReLU, sinusoidal, d=512, 6 layers (base sizes)",
 )

@@ -27,9 +27,7 @@ from zoo.registry import create_model
 __all__ = ["CausalLM", "lr_lambda"]
 
 
-def lr_lambda(
-    schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1
-):
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1):
     """The multiplier of the peak learning rate at optimizer step ``s`` (0-based).
 
     - ``cosine``: linear warmup to 1 over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` at
@@ -95,8 +93,9 @@ class CausalLM(LightningModule):
         """Summed NLL in nats (fp32) and the number of scored targets."""
         x, y = batch
         logits = self.model(x)  # (B, T, V)
-        nll_sum = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100,
-                                  reduction="sum")
+        nll_sum = F.cross_entropy(
+            logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
+        )
         return nll_sum, (y != -100).sum()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -131,12 +130,19 @@ class CausalLM(LightningModule):
         decay = [p for p in self.model.parameters() if p.requires_grad and p.ndim >= 2]
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.ndim < 2]
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay},
-             {"params": no_decay, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
+            [
+                {"params": decay, "weight_decay": hp.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=hp.lr,
+            betas=tuple(hp.betas),
+            eps=hp.eps,
         )
         total = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
         total = int(total) if math.isfinite(total) else hp.warmup_steps * 100
         fn = lr_lambda(hp.lr_schedule, hp.warmup_steps, total, hp.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
