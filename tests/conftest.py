@@ -15,6 +15,10 @@ def _data_dir() -> Path:
     return Path(os.environ.get("ZOO_DATA_DIR") or REPO.parent / "shared" / "data")
 
 
+# CLI runs inside the tests find the real data the way a user's do: through ZOO_DATA_DIR.
+os.environ["ZOO_DATA_DIR"] = str(_data_dir())
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     d = _data_dir()

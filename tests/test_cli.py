@@ -108,6 +108,42 @@ def test_generate_from_the_checkpoint(trained, capsys):
     assert first.startswith("Once upon") and capsys.readouterr().out == first
 
 
+def test_predict_samples_the_prompts(trained, capsys, monkeypatch):
+    monkeypatch.chdir(trained)
+    monkeypatch.delenv("ZOO_DATA_DIR")  # sampling needs the prompts, not the data set
+    base = [
+        "predict",
+        "--config",
+        str(REPO / "recipes/transformer_lm/pg19mini.yaml"),
+        "--ckpt_path",
+        str(trained / "checkpoints" / "best.ckpt"),
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(trained),
+        *FAST,
+    ]
+    main(
+        [
+            *base,
+            "--data.init_args.prompts",
+            '["Once upon", "It was"]',
+            "--model.init_args.sampling",
+            '{"max_new_tokens": 8, "top_k": 5}',
+        ]
+    )
+    samples = [
+        s.split("\n", 1)[1] for s in (trained / "samples.txt").read_text().split("--- sample ")[1:]
+    ]
+    assert len(samples) == 2
+    assert samples[0].startswith("Once upon") and samples[1].startswith("It was")
+    assert len(samples[0]) > len("Once upon\n")  # the prompt, sampled bytes, the newline
+    assert "Once upon" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(base)
+    assert e.value.code == 2 and "--data.init_args.prompts" in capsys.readouterr().err
+
+
 def test_generate_errors_are_clear(tmp_path, trained, capsys):
     with pytest.raises(SystemExit) as e:
         main(["generate", "--checkpoint", str(tmp_path / "missing.ckpt")])
@@ -202,3 +238,48 @@ def test_models_and_help(capsys):
     assert "transformer_lm_small" in capsys.readouterr().out
     main([])
     assert "generate" in capsys.readouterr().out
+
+
+def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch, data_dir):
+    import signal
+
+    from zoo.tasks import CausalLM
+
+    monkeypatch.chdir(tmp_path)
+    recipe = str(REPO / "recipes/transformer_lm/pg19mini.yaml")
+    common = [
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.val_check_interval",
+        "100",
+        "--model.init_args.model",
+        "transformer_lm_tiny",
+        *FAST,
+    ]
+    step = CausalLM.training_step
+
+    def interrupt_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", recipe, "--trainer.max_steps", "6", *common])
+    finally:
+        signal.signal(
+            signal.SIGINT, handler
+        )  # Lightning ignores further Ctrl-C while shutting down
+    saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
+    assert saved.is_file()
+    import torch
+
+    assert torch.load(saved, weights_only=False)["global_step"] == 3
+    monkeypatch.setattr(CausalLM, "training_step", step)
+    main(
+        ["fit", "--config", recipe, "--trainer.max_steps", "6", "--ckpt_path", str(saved), *common]
+    )
+    last = torch.load(saved.with_name("last.ckpt"), weights_only=False)
+    assert last["global_step"] == 6

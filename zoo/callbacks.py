@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import BasePredictionWriter
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["TrainingSummary"]
+__all__ = ["SampleWriter", "TrainingSummary"]
 
 
 class TrainingSummary(Callback):
@@ -61,3 +63,26 @@ class TrainingSummary(Callback):
             if key.startswith("val/"):
                 table.add_row(key, f"{float(value):.4f}")
         Console().print(table)
+
+
+class SampleWriter(BasePredictionWriter):
+    """Prints the samples of ``zoo predict`` and appends them to ``<default_root_dir>/samples.txt``.
+
+    Token ids are decoded with the data module's ``tokenizer``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(write_interval="batch")
+
+    def write_on_batch_end(
+        self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        tokenizer = trainer.datamodule.tokenizer
+        path = Path(trainer.default_root_dir) / "samples.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            for row in prediction:
+                text = tokenizer.decode(row)
+                Console().print(f"[bold]--- sample {batch_idx}[/bold]")
+                print(text)
+                f.write(f"--- sample {batch_idx}\n{text}\n")

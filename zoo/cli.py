@@ -1,6 +1,6 @@
 """The ``zoo`` command.
 
-- ``zoo fit | validate | test --config recipes/...yaml``: LightningCLI (jsonargparse), so every
+- ``zoo fit | validate | test | predict --config recipes/...yaml``: LightningCLI (jsonargparse), so every
   constructor argument of the LightningModule, DataModule and Trainer is a flag or a YAML key, and
   ``--print_config`` prints the resolved config.
 - ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``)
@@ -28,6 +28,7 @@ USAGE = """usage: zoo <command> [options]
 
 commands:
   fit | validate | test   train and evaluate with Lightning (see `zoo fit --help`)
+  predict                 sample continuations of --data.init_args.prompts through Lightning
   generate                sample text from a checkpoint (see `zoo generate --help`)
   models                  list the registered models
 
@@ -65,7 +66,7 @@ def run_lightning(args: list[str]) -> None:
     from lightning import LightningDataModule, LightningModule
 
     import zoo  # noqa: F401  (registers the models)
-    from zoo.callbacks import TrainingSummary
+    from zoo.callbacks import SampleWriter, TrainingSummary
 
     _quiet_warnings()
     ZooCLI(
@@ -74,7 +75,7 @@ def run_lightning(args: list[str]) -> None:
         subclass_mode_model=True,
         subclass_mode_data=True,
         args=args,
-        trainer_defaults={"callbacks": [TrainingSummary()]},
+        trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
     )
@@ -198,10 +199,8 @@ def _main(args: list[str]) -> None:
         generate_main(rest)
     elif command == "models":
         models_main(rest)
-    elif command in ("fit", "validate", "test"):
+    elif command in ("fit", "validate", "test", "predict"):
         run_lightning(args)
-    elif command == "predict":
-        sys.exit("zoo predict: to sample text use `zoo generate --checkpoint CKPT --prompt TEXT`")
     else:
         sys.exit(f"zoo: unknown command {command!r}\n\n{USAGE}")
 

@@ -35,7 +35,7 @@ from lightning import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.errors import DataNotFoundError
+from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
     "ByteTextDataModule",
@@ -307,6 +307,7 @@ class ByteTextDataModule(LightningDataModule):
         download: fetch missing files from the set's public home into ``$ZOO_CACHE_DIR``.
         num_workers: DataLoader worker processes.
         seed: seed of the random training windows.
+        prompts: texts that ``zoo predict`` continues (one sample per prompt).
     """
 
     def __init__(
@@ -323,6 +324,7 @@ class ByteTextDataModule(LightningDataModule):
         download: bool = False,
         num_workers: int = 0,
         seed: int = 0,
+        prompts: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -332,6 +334,7 @@ class ByteTextDataModule(LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.train_samples_per_epoch = train_samples_per_epoch
         self.download, self.num_workers, self.seed = download, num_workers, seed
+        self.prompts = prompts
         self.splits: dict[str, list[np.ndarray]] = {}
         self.tokenizer = ByteTokenizer()
 
@@ -355,7 +358,7 @@ class ByteTextDataModule(LightningDataModule):
             "fit": ("train", "valid"),
             "validate": ("valid",),
             "test": ("test",),
-            "predict": ("test",),
+            "predict": (),  # prompts only
         }.get(stage or "", ("train", "valid", "test"))
         missing = [s for s in needed if s not in self.splits]
         if missing:
@@ -398,3 +401,13 @@ class ByteTextDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        """One prompt per batch, ``(1, T)`` int64."""
+        if not self.prompts:
+            raise ConfigError(
+                "zoo predict continues the data module's prompts: pass "
+                '--data.init_args.prompts \'["It was", "Once upon"]\''
+            )
+        encoded = [torch.tensor(self.tokenizer.encode(p), dtype=torch.int64) for p in self.prompts]
+        return DataLoader(encoded, batch_size=1, collate_fn=torch.stack)

@@ -7,6 +7,8 @@ linear warmup then cosine decay, or the Transformer's inverse-square-root schedu
 2017, §5.3), or a constant rate. Gradient clipping and precision are Trainer settings
 (``gradient_clip_val``, ``precision``).
 
+``zoo predict`` samples continuations of the data module's ``prompts`` with the ``sampling`` options.
+
 Logged: ``train/loss`` (nats/token), ``train/bpb``, ``train/lr``, ``val/loss``, ``val/bpb``,
 ``test/loss``, ``test/bpb``.
 """
@@ -21,10 +23,14 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor
 
+from zoo.errors import ConfigError
+from zoo.generation import generate
 from zoo.metrics import BitsPerByte
 from zoo.registry import create_model
 
 __all__ = ["CausalLM", "lr_lambda"]
+
+SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_k", "top_p", "truncate_prompt", "seed"}
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1):
@@ -65,6 +71,9 @@ class CausalLM(LightningModule):
         warmup_steps: linear warmup length in optimizer steps.
         lr_schedule: ``cosine``, ``inverse_sqrt`` (the Transformer's) or ``constant``.
         min_lr_ratio: final learning rate of the cosine schedule as a fraction of ``lr``.
+        sampling: keyword arguments of :func:`zoo.generate` used by ``zoo predict``
+            (``max_new_tokens`` (default 256), ``temperature``, ``top_k``, ``top_p``,
+            ``truncate_prompt``), plus ``seed``.
 
     Batches are ``(x, y)``: int64 ``(B, T)`` inputs and targets, ``-100`` marking unscored targets.
     """
@@ -80,9 +89,16 @@ class CausalLM(LightningModule):
         warmup_steps: int = 100,
         lr_schedule: Literal["cosine", "inverse_sqrt", "constant"] = "cosine",
         min_lr_ratio: float = 0.1,
+        sampling: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.sampling = {"max_new_tokens": 256, **(sampling or {})}
+        unknown = set(self.sampling) - SAMPLING_KEYS
+        if unknown:
+            raise ConfigError(
+                f"unknown sampling key(s) {sorted(unknown)}; valid: {sorted(SAMPLING_KEYS)}"
+            )
         self.model = create_model(model, **(model_config or {}))
         self.train_bpb, self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte(), BitsPerByte()
 
@@ -110,20 +126,28 @@ class CausalLM(LightningModule):
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: BitsPerByte) -> None:
         nll_sum, count = self._nll(batch)
         metric.update(nll_sum, count)
-        # the loss is averaged over targets, not batches: log it from the metric's own sums
         self.log(f"{stage}/bpb", metric, prog_bar=True, on_step=False, on_epoch=True)
 
+    # The evaluation loss is a mean over all targets of the split, not a mean of batch means (the
+    # last window of each document is short): derive it from the metric's synchronised sums.
     def on_validation_epoch_end(self) -> None:
-        self.log("val/loss", self.val_bpb.compute() * math.log(2), sync_dist=False)
+        self.log("val/loss", self.val_bpb.compute() * math.log(2))
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/loss", self.test_bpb.compute() * math.log(2), sync_dist=False)
+        self.log("test/loss", self.test_bpb.compute() * math.log(2))
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val", self.val_bpb)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "test", self.test_bpb)
+
+    def predict_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        """Sample a continuation of each prompt in ``batch`` ``(B, T)``; returns ``(B, T + new)``."""
+        options = dict(self.sampling)
+        seed = options.pop("seed", 0) + batch_idx
+        generator = torch.Generator(self.device).manual_seed(seed)
+        return generate(self.model, batch, generator=generator, **options)
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
