@@ -143,3 +143,50 @@ def test_tokenizer_round_trip():
     text = "naïve café — 東京"
     assert tok.decode(tok.encode(text)) == text
     assert max(tok.encode(text)) < 256
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """A static file server on 127.0.0.1 standing in for a data set's public home."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
+    from zoo.data import text
+
+    root, url = http_server
+    (root / "input.txt").write_bytes(b"ROMEO: " * 1000)
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    monkeypatch.setitem(text.URLS, "tinyshakespeare", f"{url}/input.txt")
+    with pytest.raises(DataNotFoundError):  # off by default: nothing leaves the machine unasked
+        load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none")
+    parts = load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True)
+    assert b"".join(parts["train"] + parts["valid"] + parts["test"]) == b"ROMEO: " * 1000
+    cached = text.cache_dir() / "tinyshakespeare" / "input.txt"
+    assert cached.read_bytes() == b"ROMEO: " * 1000
+    (root / "input.txt").unlink()  # the second load reads the cache
+    assert load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True) == parts
+
+
+def test_failed_download_leaves_nothing_behind(http_server, tmp_path, monkeypatch):
+    from zoo.data import text
+
+    _, url = http_server
+    monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
+    monkeypatch.setitem(text.URLS, "enwik8", f"{url}/missing/enwik8.zip")
+    with pytest.raises(DataNotFoundError, match="could not download .*missing/enwik8.zip"):
+        load_byte_corpus("enwik8", data_dir=tmp_path / "none", download=True)
+    folder = text.cache_dir() / "enwik8"
+    assert not folder.exists() or not any(folder.iterdir())

@@ -166,26 +166,48 @@ def read_enwik8_zip(path: Path) -> bytes:
         return zf.read("enwik8")
 
 
+def locate(
+    folder: str,
+    names: Sequence[str],
+    data_dir: str | os.PathLike | None,
+    *,
+    hint: str,
+    download: bool = False,
+    source: tuple[str, str] | None = None,
+) -> Path:
+    """The first of ``names`` found under ``<dir>/<folder>/`` of the search directories, or the file
+    downloaded from ``source = (url, file name)`` into the cache when ``download`` is on.
+
+    Raises:
+        DataNotFoundError: not found locally, and not downloadable or not downloaded.
+    """
+    found = _find(folder, names, data_dir)
+    if found is not None:
+        return found
+    if download and source is not None:
+        url, filename = source
+        return _download(url, cache_dir() / folder / filename)
+    raise _not_found(folder, names, data_dir, hint)
+
+
 def _pg19mini(data_dir, download: bool, splits: Sequence[str]) -> dict[str, list[bytes]]:
     table = {"train": PG19MINI_TRAIN, "valid": PG19MINI_VALID, "test": PG19MINI_TEST}
+    hint = "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped)."
     out: dict[str, list[bytes]] = {}
     for split in splits:
-        docs = []
-        for ebook in table[split]:
-            names = (f"{ebook}.txt.gz", f"{ebook}.txt")
-            path = _find("pg19mini", names, data_dir)
-            if path is None:
-                if not download:
-                    raise _not_found(
-                        "pg19mini",
-                        names,
-                        data_dir,
-                        "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped).",
-                    )
-                url = URLS["pg19mini"].format(ebook=ebook)
-                path = _download(url, cache_dir() / "pg19mini" / f"{ebook}.txt")
-            docs.append(_read(path))
-        out[split] = docs
+        out[split] = [
+            _read(
+                locate(
+                    "pg19mini",
+                    (f"{ebook}.txt.gz", f"{ebook}.txt"),
+                    data_dir,
+                    hint=hint,
+                    download=download,
+                    source=(URLS["pg19mini"].format(ebook=ebook), f"{ebook}.txt"),
+                )
+            )
+            for ebook in table[split]
+        ]
     return out
 
 
@@ -211,26 +233,32 @@ def load_byte_corpus(
             raise DataNotFoundError(f"text_file: path={path!r} is not a file; pass path=<file>.")
         parts = _split_in_order(_read(Path(path)))
     elif dataset == "tinyshakespeare":
-        names = ("input.txt",)
-        found = _find(dataset, names, data_dir)
-        if found is None:
-            if not download:
-                raise _not_found(dataset, names, data_dir, "Tiny Shakespeare is one 1.1 MB file.")
-            found = _download(URLS[dataset], cache_dir() / dataset / "input.txt")
+        found = locate(
+            dataset,
+            ("input.txt",),
+            data_dir,
+            hint="Tiny Shakespeare is one 1.1 MB file.",
+            download=download,
+            source=(URLS[dataset], "input.txt"),
+        )
         parts = _split_in_order(_read(found))
     elif dataset == "enwik8":
-        names = ("enwik8.zip", "enwik8")
-        found = _find(dataset, names, data_dir)
-        if found is None:
-            if not download:
-                raise _not_found(dataset, names, data_dir, "enwik8.zip is 36 MB (100 MB unzipped).")
-            found = _download(URLS[dataset], cache_dir() / dataset / "enwik8.zip")
+        found = locate(
+            dataset,
+            ("enwik8.zip", "enwik8"),
+            data_dir,
+            hint="enwik8.zip is 36 MB (100 MB unzipped).",
+            download=download,
+            source=(URLS[dataset], "enwik8.zip"),
+        )
         parts = split_enwik8(read_enwik8_zip(found))
     elif dataset == "enwik8_prefix":
-        names = ("enwik8_prefix_4154399", "enwik8_prefix")
-        found = _find("enwik8", names, data_dir)
-        if found is None:
-            raise _not_found("enwik8", names, data_dir, "enwik8_prefix is a local-only set.")
+        found = locate(
+            "enwik8",
+            ("enwik8_prefix_4154399", "enwik8_prefix"),
+            data_dir,
+            hint="enwik8_prefix is a local-only set.",
+        )
         parts = _split_in_order(found.read_bytes())
     else:
         raise ValueError(f"unknown byte-level dataset {dataset!r}")
