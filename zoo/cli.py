@@ -38,10 +38,18 @@ example:
 
 
 def default_precision() -> str:
-    """``bf16-mixed`` on a GPU that supports it, else full fp32."""
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16-mixed"
-    return "32-true"
+    """``bf16-mixed`` where the hardware computes in bf16 natively, else full fp32.
+
+    That is a CUDA GPU with bf16, or a CPU with AVX512-BF16 / AMX (oneDNN's bf16 kernels): on the
+    project's 2-core AMX machine, bf16-mixed trains the default recipe about twice as fast as fp32.
+    """
+    if torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    try:
+        native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (AttributeError, RuntimeError):
+        native_bf16 = False
+    return "bf16-mixed" if native_bf16 else "32-true"
 
 
 class ZooCLI(LightningCLI):
@@ -58,6 +66,7 @@ def _quiet_warnings() -> None:
         ".*GPU available but not used.*",
         ".*Checkpoint directory .* exists and is not empty.*",
         ".*isinstance.treespec, LeafSpec.*",
+        ".*LightningCLI's args parameter is intended.*",  # `zoo` passes sys.argv on explicitly
     ):
         warnings.filterwarnings("ignore", message=pattern)
 
