@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention import CausalSelfAttention, KVCache, LayerKVCache
@@ -215,11 +214,6 @@ class TransformerLM(PretrainedMixin, nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache is not None else None)
         return self.lm_head(self.norm_f(x))  # (B, T, V)
-
-    def loss(self, idx: Tensor, targets: Tensor) -> Tensor:
-        """Mean next-token cross-entropy in nats; targets equal to -100 are ignored."""
-        logits = self(idx)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
 # --- presets -------------------------------------------------------------------------------------
