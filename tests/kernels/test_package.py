@@ -20,3 +20,19 @@ def test_no_top_level_kernels_module_is_installed(tmp_path):
     """The PyPI package `kernels` (used by transformers) owns that name."""
     result = _run("import kernels", tmp_path)
     assert result.returncode != 0 and "No module named 'kernels'" in result.stderr
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    """A plain (non-editable) install ships only the packages pyproject.toml lists."""
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    listed = set(
+        tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(("zoo", *p.parent.relative_to(repo / "zoo").parts))
+        for p in (repo / "zoo").rglob("__init__.py")
+    }
+    assert found | {"zoo.kernels"} == listed
