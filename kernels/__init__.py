@@ -1,9 +1,48 @@
 """zoo.kernels: the kernel layer (block-sparse and routing attention).
 
-Each op is an ``op_ref`` in pure PyTorch (the executable spec, runs anywhere) plus a Triton path used
-when Triton is importable and the tensors are on CUDA. This package must import on machines without
-Triton or a GPU; the Triton code is imported lazily. The ops arrive with the Sparse and Routing
-Transformer issues.
+Each op is an ``op_ref`` in pure PyTorch (the executable spec, runs anywhere) plus a Triton path for
+CUDA tensors. Models call only the dispatching op (``block_sparse_attention``). This package imports
+on machines without Triton or a GPU; Triton code is imported lazily.
+
+Status: ``block_sparse_attention`` dispatches to its reference on every device; the Triton path
+(and ``routing_attention``) are the kernel issue's work and plug into :func:`block_sparse_attention`.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from torch import Tensor
+
+from zoo.kernels.block_sparse import (
+    BlockSparsePlan,
+    MaskMod,
+    block_sparse_attention_ref,
+    expand_layout,
+)
+
+__all__ = [
+    "BlockSparsePlan",
+    "block_sparse_attention",
+    "block_sparse_attention_ref",
+    "expand_layout",
+]
+
+
+def block_sparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: Tensor | BlockSparsePlan,
+    block_size: int | None = None,
+    *,
+    causal: bool = True,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention over the non-zero blocks of ``layout``; see :func:`block_sparse_attention_ref`.
+
+    ``q, k, v``: ``(B, H, T, D)``; ``layout``: bool ``(nb, nb)`` or ``(H, nb, nb)``,
+    ``nb = ceil(T / block_size)``, or a :class:`BlockSparsePlan`. Returns ``(B, H, T, D)``.
+    """
+    return block_sparse_attention_ref(
+        q, k, v, layout, block_size, causal=causal, mask_mod=mask_mod, scale=scale
+    )

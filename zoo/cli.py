@@ -169,11 +169,14 @@ def models_main(args: list[str]) -> None:
     from zoo.registry import get_preset, list_models
 
     table = Table(title="registered models")
-    for col in ("name", "family", "parameters", "description"):
-        table.add_column(col)
+    table.add_column("name", no_wrap=True)
+    table.add_column("family")
+    table.add_column("parameters", justify="right")
+    table.add_column("description")
     for name in list_models(args[0] if args else None):
         preset = get_preset(name)
-        n = sum(p.numel() for p in preset.model_cls(preset.config).parameters())
+        with torch.device("meta"):  # count without allocating
+            n = sum(p.numel() for p in preset.model_cls(preset.config).parameters())
         table.add_row(name, preset.family, f"{n / 1e6:.2f}M", preset.description)
     Console().print(table)
 

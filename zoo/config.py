@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Self
+import typing
+from typing import Any, Literal, Self
 
 from zoo.errors import ConfigError
 
@@ -26,7 +27,17 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Base of every model config. Subclasses add typed fields with commented defaults."""
+    """Base of every model config. Subclasses add typed fields with commented defaults.
+
+    ``Literal[...]`` fields are checked on construction (:class:`ConfigError` names the choices).
+    """
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            hint, value = hints[f.name], getattr(self, f.name)
+            if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
+                raise ConfigError(f"{f.name}={value!r} is not one of {typing.get_args(hint)}")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

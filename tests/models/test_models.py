@@ -8,15 +8,26 @@ import torch
 import zoo
 from zoo.registry import get_preset
 
-# One vocabulary across families, so one set of tiny sizes fits every config.
-TINY = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64)
+# One vocabulary across families, so one set of tiny sizes fits every config. Pattern sizes are
+# small enough that sparse patterns are really sparse at 48 positions.
+TINY = dict(
+    d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64,
+    stride=8, c=2, window=6, block_size=4, position_shape=None,
+)  # fmt: skip
 
 
 def tiny_model(name: str) -> torch.nn.Module:
     config = get_preset(name).config
     fields = {f.name for f in dataclasses.fields(config)}
     torch.manual_seed(0)
-    return zoo.create_model(name, **{k: v for k, v in TINY.items() if k in fields})
+    model = zoo.create_model(name, **{k: v for k, v in TINY.items() if k in fields})
+    head = getattr(model, "lm_head", None)
+    if head is not None and not head.weight.any():
+        # zero-initialised output logits (Sparse Transformer §6) would hide every gradient and
+        # every dependence on the input: give them weights so the tests can see both
+        with torch.no_grad():
+            head.weight.normal_(0.0, 0.5)
+    return model
 
 
 MODELS = zoo.list_models()

@@ -2,5 +2,15 @@
 
 from zoo.attention.cache import KVCache, LayerKVCache
 from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.patterns import AttentionPattern, get_pattern
+from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 
-__all__ = ["CausalSelfAttention", "KVCache", "LayerKVCache"]
+__all__ = [
+    "AttentionPattern",
+    "CausalSelfAttention",
+    "HeadGroup",
+    "KVCache",
+    "LayerKVCache",
+    "SparseSelfAttention",
+    "get_pattern",
+]

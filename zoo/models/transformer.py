@@ -57,14 +57,7 @@ class TransformerConfig(ModelConfig):
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        choices = {
-            "activation": ("gelu", "relu"),
-            "norm": ("pre", "post"),
-            "position": ("sinusoidal", "learned"),
-        }
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {allowed}")
+        super().__post_init__()  # Literal fields
         for key in ("vocab_size", "max_seq_len", "d_model", "n_layers", "n_heads", "d_ff"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
@@ -144,11 +137,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-        if config.position == "learned":
-            self.pos_emb = nn.Embedding(config.max_seq_len, config.d_model)
-        else:
-            pe = sinusoidal_positions(config.max_seq_len, config.d_model)
-            self.register_buffer("pos_table", pe, persistent=False)  # (max_seq_len, C)
+        self.build_positions()
         self.emb_dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config, self.build_attention(i)) for i in range(config.n_layers)
@@ -168,6 +157,21 @@ class TransformerLM(PretrainedMixin, nn.Module):
         """The attention module of block ``layer``: the seam other families override."""
         c = self.config
         return CausalSelfAttention(c.d_model, c.n_heads, c.dropout, c.bias)
+
+    def build_positions(self) -> None:
+        """Create the position encoding's modules or buffers (a seam, like ``build_attention``)."""
+        c = self.config
+        if c.position == "learned":
+            self.pos_emb = nn.Embedding(c.max_seq_len, c.d_model)
+        else:
+            pe = sinusoidal_positions(c.max_seq_len, c.d_model)
+            self.register_buffer("pos_table", pe, persistent=False)  # (max_seq_len, C)
+
+    def positions(self, start: int, T: int, device: torch.device) -> Tensor:
+        """Encodings of positions ``start..start+T-1``: ``(T, C)``."""
+        if self.config.position == "learned":
+            return self.pos_emb(torch.arange(start, start + T, device=device))
+        return self.pos_table[start : start + T]
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -203,10 +207,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         x = self.tok_emb(idx)  # (B, T, C)
         if c.scale_embeddings:
             x = x * math.sqrt(c.d_model)
-        if c.position == "learned":
-            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
-        else:
-            x = x + self.pos_table[start : start + T].to(x.dtype)
+        x = x + self.positions(start, T, idx.device).to(x.dtype)
         return self.emb_dropout(x)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:

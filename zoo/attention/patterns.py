@@ -1,0 +1,293 @@
+"""The catalogue of attention patterns: named factories, each an element mask and a block layout.
+
+A pattern is a ``mask_mod(head, q_idx, kv_idx) -> bool`` predicate on broadcastable index tensors
+(FlexAttention's convention, with the batch index dropped): query ``i`` may attend to key ``j`` of
+head ``h`` iff ``mask_mod(h, i, j)``. Every pattern here is causal (``j <= i``). From the predicate
+come the two forms the zoo uses:
+
+- :meth:`AttentionPattern.mask` -- the boolean ``(n, n)`` element mask, the executable spec;
+- :meth:`AttentionPattern.layout` -- the ``(ceil(n/block_size),)*2`` block layout: block ``(I, J)`` is
+  on iff any element of it is. Kernels compute only those blocks and apply the predicate inside them,
+  so a model's attention equals the element mask exactly.
+
+Factories (Child et al. 2019, "Generating Long Sequences with Sparse Transformers", §4.3, with ``l``
+the stride, ``c`` the summary width):
+
+==========  ===================================================================================
+causal      ``j <= i`` (dense autoregressive attention)
+local       ``i - window < j <= i`` (sliding window of ``window`` positions, itself included)
+strided     A1 ``max(0, i-l) <= j <= i`` (the previous ``l`` and itself); A2 ``(i-j) mod l == 0``
+fixed       A1 ``floor(j/l) == floor(i/l)`` (own block); A2 ``j mod l in {l-c, ..., l-1}``
+            (the last ``c`` cells of every block); with ``distinct_summaries`` head ``m`` uses the
+            sub-block ``l-c(s+1) .. l-cs-1``, ``s = m mod (l/c)`` (the paper's preferred variant)
+==========  ===================================================================================
+
+``strided`` and ``fixed`` are factorized: ``component=1`` or ``2`` gives ``A1`` or ``A2`` alone, the
+default ``None`` their union (the paper's *merged head*). :func:`get_pattern` looks factories up by
+name; :func:`draw_pattern` saves a picture like the paper's Figure 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from zoo.config import suggest
+from zoo.errors import ConfigError
+
+__all__ = [
+    "PATTERNS",
+    "AttentionPattern",
+    "causal",
+    "draw_pattern",
+    "fixed",
+    "get_pattern",
+    "local",
+    "strided",
+]
+
+MaskMod = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_idx, kv_idx) -> bool
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    """A named causal attention pattern.
+
+    Attributes:
+        name: e.g. ``"fixed(stride=128, c=32).A2"``.
+        mask_mod: ``(head, q_idx, kv_idx) -> bool`` on broadcastable int64 tensors.
+        per_head: whether ``mask_mod`` depends on the head (then masks and layouts get a head dim).
+        column_stride: set when the pattern is exactly ``{j <= i : (i - j) mod l == 0}`` (strided
+            ``A2``; ``causal`` is ``l = 1``), which attention modules may compute on the
+            transposed sequence with a dense kernel.
+    """
+
+    name: str
+    mask_mod: MaskMod = field(repr=False, compare=False)
+    per_head: bool = False
+    column_stride: int | None = None
+
+    def __or__(self, other: AttentionPattern) -> AttentionPattern:
+        """The union: one head attending to the keys of both (the paper's merged head, Eq. 7)."""
+        a, b = self.mask_mod, other.mask_mod
+        return AttentionPattern(
+            f"{self.name} | {other.name}",
+            lambda h, q, k: a(h, q, k) | b(h, q, k),
+            self.per_head or other.per_head,
+        )
+
+    def _heads(self, n_heads: int | None) -> Tensor:
+        if self.per_head and n_heads is None:
+            raise ValueError(f"pattern {self.name} differs per head: pass n_heads")
+        return torch.arange(n_heads if self.per_head else 1)[:, None, None]  # (H, 1, 1)
+
+    def mask(self, n: int, n_heads: int | None = None) -> Tensor:
+        """The element mask: ``(n, n)`` bool, or ``(n_heads, n, n)`` if ``per_head``."""
+        h = self._heads(n_heads)
+        m = self.mask_mod(h, torch.arange(n)[:, None], torch.arange(n)[None, :])
+        m = torch.broadcast_to(m, (h.shape[0], n, n))
+        return m.clone() if self.per_head else m[0].clone()
+
+    def layout(self, n: int, block_size: int, n_heads: int | None = None) -> Tensor:
+        """The block layout: ``(nb, nb)`` bool (``(n_heads, nb, nb)`` if ``per_head``), ``nb =
+        ceil(n / block_size)``; block ``(I, J)`` is on iff any of its ``(i, j)`` elements is.
+
+        Rows of blocks are evaluated a few at a time, so the ``n x n`` mask is never held at once.
+        """
+        b = block_size
+        nb = math.ceil(n / b)
+        h = self._heads(n_heads)
+        kv = torch.arange(nb * b)
+        kv_real = kv < n
+        out = torch.zeros(h.shape[0], nb, nb, dtype=torch.bool)
+        rows = max(1, (1 << 22) // (b * b * nb * h.shape[0]))  # block rows per step
+        for r0 in range(0, nb, rows):
+            r1 = min(nb, r0 + rows)
+            q = torch.arange(r0 * b, r1 * b)
+            m = self.mask_mod(h, q[:, None], kv[None, :])  # (H, (r1-r0) b, nb b)
+            m = m & (q < n)[:, None] & kv_real[None, :]
+            out[:, r0:r1] = m.view(h.shape[0], r1 - r0, b, nb, b).any(4).any(2)
+        return out if self.per_head else out[0]
+
+
+# --- the catalogue ------------------------------------------------------------------------------
+
+
+def causal() -> AttentionPattern:
+    """Dense autoregressive attention, ``A_i = {j : j <= i}``."""
+    return AttentionPattern("causal", lambda h, q, k: k <= q, column_stride=1)
+
+
+def local(window: int) -> AttentionPattern:
+    """Sliding window: ``A_i = {j : i - window < j <= i}`` (``window`` positions, itself included)."""
+    _positive(window=window)
+    return AttentionPattern(f"local(window={window})", lambda h, q, k: (k <= q) & (q - k < window))
+
+
+def strided(stride: int, component: int | None = None) -> AttentionPattern:
+    """The strided pattern (Child et al. 2019, §4.3, Figure 3b).
+
+    ``A1_i = {j : max(0, i - l) <= j <= i}``, ``A2_i = {j <= i : (i - j) mod l == 0}``;
+    ``component`` 1 or 2 selects one, ``None`` the union.
+    """
+    _positive(stride=stride)
+    l = stride
+    a1 = AttentionPattern(f"strided(stride={l}).A1", lambda h, q, k: (k <= q) & (q - k <= l))
+    a2 = AttentionPattern(
+        f"strided(stride={l}).A2", lambda h, q, k: (k <= q) & ((q - k) % l == 0), column_stride=l
+    )
+    return _component(a1, a2, component)
+
+
+def fixed(
+    stride: int, c: int, component: int | None = None, distinct_summaries: bool = False
+) -> AttentionPattern:
+    """The fixed pattern (Child et al. 2019, §4.3, Figure 3c).
+
+    ``A1_i = {j <= i : floor(j/l) == floor(i/l)}``, ``A2_i = {j <= i : j mod l in {l-c, ..., l-1}}``.
+    With ``distinct_summaries`` head ``m`` takes its ``c`` summary cells from sub-block
+    ``s = m mod (l/c)`` counted from the end of each block (head 0: the last ``c``, as without it).
+
+    Raises:
+        ConfigError: ``c`` is not in ``1..stride``, or does not divide it with distinct summaries.
+    """
+    _positive(stride=stride, c=c)
+    l = stride
+    if c > l or (distinct_summaries and l % c):
+        raise ConfigError(
+            f"fixed pattern needs 1 <= c <= stride (and c dividing stride for distinct "
+            f"summaries); got stride={l}, c={c}"
+        )
+    tag = f"fixed(stride={l}, c={c}{', distinct' if distinct_summaries else ''})"
+    a1 = AttentionPattern(f"{tag}.A1", lambda h, q, k: (k <= q) & (k // l == q // l))
+
+    def summaries(h: Tensor, q: Tensor, k: Tensor) -> Tensor:
+        start = l - c * (1 + (h % (l // c) if distinct_summaries else 0))  # (H, 1, 1) or int
+        r = k % l
+        return (k <= q) & (r >= start) & (r < start + c)
+
+    a2 = AttentionPattern(f"{tag}.A2", summaries, per_head=distinct_summaries)
+    return _component(a1, a2, component)
+
+
+PATTERNS: dict[str, Callable[..., AttentionPattern]] = {
+    "causal": causal,
+    "local": local,
+    "strided": strided,
+    "fixed": fixed,
+}
+
+
+def get_pattern(name: str, **params: int | bool | None) -> AttentionPattern:
+    """Build the catalogue pattern ``name`` (``causal``, ``local``, ``strided``, ``fixed``).
+
+    Raises:
+        ConfigError: unknown name, or parameters the factory does not take.
+    """
+    if name not in PATTERNS:
+        raise ConfigError(
+            f"unknown attention pattern {name!r}.{suggest(name, PATTERNS)} "
+            f"Known: {', '.join(PATTERNS)}."
+        )
+    try:
+        return PATTERNS[name](**params)
+    except TypeError as exc:
+        raise ConfigError(f"pattern {name!r}: {exc}") from None
+
+
+def _positive(**values: int) -> None:
+    for key, value in values.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value}")
+
+
+def _component(
+    a1: AttentionPattern, a2: AttentionPattern, component: int | None
+) -> AttentionPattern:
+    if component is None:
+        return AttentionPattern(a1.name.removesuffix(".A1"), (a1 | a2).mask_mod, a2.per_head)
+    if component not in (1, 2):
+        raise ConfigError(f"component must be 1, 2 or None (their union), got {component}")
+    return a1 if component == 1 else a2
+
+
+# --- pictures -----------------------------------------------------------------------------------
+
+
+def draw_pattern(
+    name: str,
+    path: str | Path,
+    n: int = 64,
+    block_size: int = 4,
+    query: int | None = None,
+    head: int = 0,
+    **params: int | bool,
+) -> Path:
+    """Save a PNG of pattern ``name`` like the paper's Figure 3.
+
+    Left: the ``(n, n)`` connectivity matrix (rows are queries), coloured by component (A1, A2,
+    both) with the computed blocks of ``block_size`` shaded. Right: the positions that ``query``
+    (default: the last) attends to, laid out in rows of width ``stride`` (or ``sqrt(n)``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    pattern = get_pattern(name, **params)
+    n_heads = head + 1
+    factorized = "component" not in params and name in ("strided", "fixed")
+    parts = [get_pattern(name, **params, component=k) for k in (1, 2)] if factorized else [pattern]
+
+    def take(p: AttentionPattern, x: Tensor) -> Tensor:
+        return x[head] if p.per_head else x
+
+    m1, *rest = (take(p, p.mask(n, n_heads)) for p in parts)
+    m2 = rest[0] if rest else torch.zeros_like(m1)
+    blocks = take(pattern, pattern.layout(n, block_size, n_heads))
+    computed = blocks.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)[:n, :n]
+    # 0 nothing, 1 computed block only, 2 A1, 3 A2, 4 both
+    image = computed.long()
+    image[m1] = 2
+    image[m2] = 3
+    image[m1 & m2] = 4
+    cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868"])
+
+    width = params.get("stride") or int(math.isqrt(n))
+    query = n - 1 if query is None else query
+    rows = math.ceil(n / width)
+    grid = torch.zeros(rows * width, dtype=torch.long)
+    grid[:n] = image[query]
+    grid[query] = 5
+    grid_cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868", "black"])
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 4.4), gridspec_kw={"width_ratios": [1, 1]})
+    ax0.imshow(image, cmap=cmap, vmin=0, vmax=4, interpolation="nearest")
+    ax0.set_title(
+        f"{pattern.name}\nconnectivity (rows: queries), blocks of {block_size}", fontsize=8
+    )
+    ax0.set_xlabel("key j")
+    ax0.set_ylabel("query i")
+    ax1.imshow(grid.view(rows, width), cmap=grid_cmap, vmin=0, vmax=5, interpolation="nearest")
+    ax1.set_title(f"keys of query {query} (black), rows of width {width}", fontsize=8)
+    ax1.set_xticks([])
+    ax1.set_yticks([])
+    handles = [
+        matplotlib.patches.Patch(color=col, label=lab)
+        for col, lab in zip(
+            cmap.colors[1:], ["computed block, masked", "A1", "A2", "A1 and A2"], strict=True
+        )
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

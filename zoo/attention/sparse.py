@@ -1,0 +1,162 @@
+"""Factorized sparse self-attention (Child et al. 2019, "Generating Long Sequences with Sparse
+Transformers", §4–5).
+
+:class:`SparseSelfAttention` is multi-head attention whose heads are split into groups, each group
+attending through one pattern of :mod:`zoo.attention.patterns`. The three ways the paper integrates
+a factorized pattern (§5.1) are three ways of filling the groups (see
+:func:`zoo.models.sparse_transformer.SparseTransformerLM.build_attention`): *interleaved* (one
+component per layer), *merged* (one group over ``A1 ∪ A2``), *multi-head* (half the heads on each).
+
+Routes, all exact (equal to dense attention under the pattern's element mask):
+
+- block-sparse: :func:`zoo.kernels.block_sparse_attention` over the pattern's block layout, with the
+  pattern predicate inside the computed blocks (every pattern);
+- columns: the strided pattern's ``A2`` alone is causal attention among positions congruent mod
+  ``l``; reshaping the sequence to ``(T/l, l)`` and transposing turns it into dense causal attention
+  over each column (the paper's §5.5 "transposing the matrix"), run by SDPA in ``T^2 / l``;
+- decoding with a cache: the new queries gather just the cached keys their pattern selects
+  (scores in fp32, as the paper casts queries and keys when sampling, §5.6).
+
+No dropout on attention probabilities (the paper drops the residual branches, not the weights).
+
+Shape legend: B batch, H heads, T new positions, S cached + new positions, D d_head, C d_model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from zoo.attention.cache import LayerKVCache
+from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.patterns import AttentionPattern
+from zoo.kernels import BlockSparsePlan, block_sparse_attention
+
+__all__ = ["HeadGroup", "SparseSelfAttention", "column_attention"]
+
+
+@dataclass(frozen=True)
+class HeadGroup:
+    """``n_heads`` consecutive heads attending through ``pattern`` (head index counted within the
+    group, so with distinct fixed summaries the group's first head takes the last ``c`` cells)."""
+
+    n_heads: int
+    pattern: AttentionPattern
+
+
+def column_attention(q: Tensor, k: Tensor, v: Tensor, stride: int) -> Tensor:
+    """Exact strided ``A2``: query ``i`` attends to keys ``j <= i`` with ``(i - j) mod stride == 0``.
+
+    ``(B, H, T, D) -> (B, H, T, D)``. Position ``i`` is cell ``(i // l, i % l)`` of a ``(T/l, l)``
+    grid; transposing makes each column a contiguous causal sequence (Child et al. 2019, §5.5).
+    Padding goes at the end of each column, after every real query, so causality excludes it.
+    """
+    B, H, T, D = q.shape
+    rows = math.ceil(T / stride)
+
+    def to_columns(x: Tensor) -> Tensor:
+        x = F.pad(x, (0, 0, 0, rows * stride - T)).view(B, H, rows, stride, -1)
+        return x.transpose(2, 3).reshape(B, H * stride, rows, x.shape[-1])  # (B, H l, rows, D)
+
+    y = F.scaled_dot_product_attention(*map(to_columns, (q, k, v)), is_causal=True)
+    y = y.view(B, H, stride, rows, -1).transpose(2, 3).reshape(B, H, rows * stride, -1)
+    return y[:, :, :T]
+
+
+class SparseSelfAttention(CausalSelfAttention):
+    """Multi-head causal self-attention whose head groups follow sparse patterns.
+
+    Args:
+        d_model: model width ``C``.
+        groups: the head groups, in head order; their ``n_heads`` sum to ``H``.
+        block_size: block edge of the block-sparse layouts.
+        bias: biases in the projections.
+        checkpoint: recompute this sub-layer in the backward pass instead of storing its
+            activations (the paper's §5.4), when training.
+
+    Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        groups: list[HeadGroup],
+        block_size: int,
+        bias: bool = True,
+        checkpoint: bool = False,
+    ) -> None:
+        super().__init__(d_model, sum(g.n_heads for g in groups), dropout=0.0, bias=bias)
+        self.groups = list(groups)
+        self.block_size = block_size
+        self.checkpoint = checkpoint
+        self._plans: dict[tuple[int, int, str], BlockSparsePlan] = {}
+
+    def extra_repr(self) -> str:
+        parts = ", ".join(f"{g.n_heads} x {g.pattern.name}" for g in self.groups)
+        return f"heads=[{parts}], block_size={self.block_size}, checkpoint={self.checkpoint}"
+
+    def plan(self, group: int, T: int, device: torch.device) -> BlockSparsePlan:
+        """The block-sparse plan of ``groups[group]`` for ``T`` positions (built once, kept)."""
+        key = (group, T, str(device))
+        if key not in self._plans:
+            g = self.groups[group]
+            layout = g.pattern.layout(T, self.block_size, g.n_heads).to(device)
+            self._plans[key] = BlockSparsePlan(
+                layout, self.block_size, T, mask_mod=g.pattern.mask_mod
+            )
+        return self._plans[key]
+
+    def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
+        if self.checkpoint and cache is None and self.training and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, None, use_reentrant=False)
+        return self._forward(x, cache)
+
+    def _forward(self, x: Tensor, cache: LayerKVCache | None) -> Tensor:
+        q, k, v = self.split_heads(x)  # (B, H, T, D)
+        past = 0
+        if cache is not None:
+            past = cache.seq_len
+            k, v = cache.update(k, v)  # (B, H, S, D)
+        outputs, h0 = [], 0
+        for i, group in enumerate(self.groups):
+            heads = slice(h0, h0 + group.n_heads)
+            h0 += group.n_heads
+            qg, kg, vg = q[:, heads], k[:, heads], v[:, heads]
+            if past:
+                outputs.append(self._decode(qg, kg, vg, group.pattern, past))
+            elif group.pattern.column_stride:
+                outputs.append(column_attention(qg, kg, vg, group.pattern.column_stride))
+            else:
+                plan = self.plan(i, q.shape[2], x.device)
+                outputs.append(block_sparse_attention(qg, kg, vg, plan))
+        return self.merge_heads(torch.cat(outputs, 1))
+
+    @staticmethod
+    def _decode(q: Tensor, k: Tensor, v: Tensor, pattern: AttentionPattern, past: int) -> Tensor:
+        """New queries at ``past..past+T-1`` against the cached keys their pattern selects.
+
+        ``q``: ``(B, h, T, D)``; ``k, v``: ``(B, h, S, D)``. Only the selected keys are gathered
+        (``O(|A_i|)`` per token, not ``O(S)``); scores and softmax run in fp32.
+        """
+        B, h, T, D = q.shape
+        S, dev = k.shape[2], q.device
+        rows = torch.arange(past, past + T, device=dev)[:, None]
+        heads = torch.arange(h, device=dev)[:, None, None]
+        allowed = pattern.mask_mod(heads, rows, torch.arange(S, device=dev)[None, :])
+        allowed = torch.broadcast_to(allowed, (h, T, S))
+        needed = allowed.any(1)  # (h, S): keys any new query uses
+        n_keys = int(needed.sum(-1).max())
+        idx = torch.sort((~needed).to(torch.uint8), dim=-1, stable=True).indices[:, :n_keys]
+        keep = torch.gather(allowed, 2, idx[:, None, :].expand(h, T, n_keys))  # (h, T, K)
+        keep = keep & (torch.arange(n_keys, device=dev) < needed.sum(-1, keepdim=True))[:, None]
+        gather = idx[None, :, :, None].expand(B, h, n_keys, D)
+        ks = torch.gather(k, 2, gather).float()  # (B, h, K, D)
+        vs = torch.gather(v, 2, gather).float()
+        s = (q.float() @ ks.transpose(-1, -2)) * D**-0.5  # (B, h, T, K)
+        p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+        return (p @ vs).to(q.dtype)

@@ -1,0 +1,230 @@
+"""The Sparse Transformer (Child et al. 2019, "Generating Long Sequences with Sparse Transformers").
+
+The decoder-only Transformer of :mod:`zoo.models.transformer` with the paper's changes:
+
+- factorized attention (§4.3): the ``strided`` or ``fixed`` pattern (or ``local``, or dense
+  ``causal`` as the baseline), integrated *interleaved*, *merged* or *multi-head* (§5.1, Eqs. 6–8),
+  computed by :class:`~zoo.attention.SparseSelfAttention` without forming the ``n x n`` matrix;
+- the pre-activation residual block ``a = attn(LN(H))``, ``b = ff(LN(H + a))``, ``H' = H + a + b``,
+  with a final LayerNorm (§5.2); GELU feed-forward of width ``d_ff`` (4 ``d_model`` by default);
+- initialisation (§5.2, §6): token embeddings ``N(0, 0.125/sqrt(d))``, position embeddings
+  ``N(0, 0.125/sqrt(d n_emb))``, linear weights ``N(0, 0.125/sqrt(fan_in))`` with zero biases, an extra
+  ``1/sqrt(2N)`` on ``W2`` and the attention output ``W_p``, and output logits starting at zero;
+- factorized learned position embeddings (§5.3): the sum of one embedding per coordinate of a
+  position in a grid of shape ``position_shape`` -- ``(rows, stride)`` for text by default,
+  ``(rows, columns, channels)`` for images;
+- recomputation of attention in the backward pass (§5.4, ``checkpoint_attention``); queries and keys
+  in fp32 for ``QK^T`` when decoding with a cache (§5.6).
+
+Deviations: GELU is PyTorch's exact erf form (the paper's ``x sigmoid(1.702 x)`` approximates it);
+no dropout on attention probabilities (residual and embedding dropout only); with ``block_size``
+blocks the computed work is the pattern's block layout, but outputs follow the element pattern
+exactly.
+
+Shape legend: B batch, T positions, C d_model, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention import HeadGroup, SparseSelfAttention, get_pattern
+from zoo.errors import ConfigError
+from zoo.models.transformer import TransformerConfig, TransformerLM
+from zoo.registry import register_model, register_preset
+
+__all__ = ["SparseTransformerConfig", "SparseTransformerLM"]
+
+
+@dataclass(frozen=True)
+class SparseTransformerConfig(TransformerConfig):
+    position: Literal["factorized", "learned", "sinusoidal"] = "factorized"  # §5.3
+    tie_weights: bool = False  # output logits start at zero (§6), so they are not shared
+    scale_embeddings: bool = False
+    pattern: Literal["fixed", "strided", "local", "causal"] = "fixed"
+    integration: Literal["merged", "interleaved", "multihead"] = "merged"  # §5.1, Eqs. 6-8
+    stride: int = 128  # l, near sqrt(max_seq_len)
+    c: int = 32  # fixed: summary cells at the end of every block of l
+    distinct_summaries: bool = True  # fixed: head m takes its own sub-block of c (paper's choice)
+    window: int = 128  # local: positions attended, itself included
+    block_size: int = 32  # block edge of the block-sparse layouts (work, not semantics)
+    position_shape: tuple[int, ...] | None = None  # factorized grid; None = (rows, stride)
+    checkpoint_attention: bool = False  # recompute attention in backward (§5.4)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.position_shape, list):  # from JSON / YAML
+            object.__setattr__(self, "position_shape", tuple(self.position_shape))
+        super().__post_init__()
+        for key in ("stride", "c", "window", "block_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
+        if self.tie_weights:
+            raise ConfigError(
+                "tie_weights=True is not supported: the output logits start at zero (paper §6), "
+                "which would zero the shared token embeddings"
+            )
+        if self.integration == "multihead" and self.n_heads < 2:
+            raise ConfigError(
+                "integration='multihead' splits heads between A1 and A2: n_heads >= 2"
+            )
+        if self.pattern == "fixed":
+            get_pattern("fixed", stride=self.stride, c=self.c,
+                        distinct_summaries=self.distinct_summaries)  # fmt: skip
+        if self.position == "factorized" and math.prod(self.position_dims) < self.max_seq_len:
+            raise ConfigError(
+                f"position_shape {self.position_dims} holds {math.prod(self.position_dims)} "
+                f"positions, fewer than max_seq_len={self.max_seq_len}"
+            )
+
+    @property
+    def position_dims(self) -> tuple[int, ...]:
+        """The factorized position grid: ``position_shape`` or ``(ceil(max_seq_len/stride), stride)``."""
+        if self.position_shape is not None:
+            return self.position_shape
+        return (math.ceil(self.max_seq_len / self.stride), self.stride)
+
+
+@register_model
+class SparseTransformerLM(TransformerLM):
+    """Sparse Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
+
+    Same interface as :class:`~zoo.models.transformer.TransformerLM` (``forward(idx, cache)``,
+    ``init_cache``); layer ``r`` attends through the heads groups of :meth:`build_attention`.
+
+    Raises:
+        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+    """
+
+    model_type = "sparse_transformer_lm"
+    config_class = SparseTransformerConfig
+    config: SparseTransformerConfig
+
+    def build_attention(self, layer: int) -> nn.Module:
+        """Layer ``layer``'s attention: the pattern's head groups (§5.1)."""
+        c = self.config
+        H = c.n_heads
+        if c.pattern in ("causal", "local"):
+            params = {"window": c.window} if c.pattern == "local" else {}
+            groups = [HeadGroup(H, get_pattern(c.pattern, **params))]
+        else:
+            params = {"stride": c.stride}
+            if c.pattern == "fixed":
+                params |= {"c": c.c, "distinct_summaries": c.distinct_summaries}
+            a1, a2 = (get_pattern(c.pattern, **params, component=k) for k in (1, 2))
+            if c.integration == "merged":  # Eq. 7: one head over A1 u A2
+                groups = [HeadGroup(H, get_pattern(c.pattern, **params))]
+            elif c.integration == "interleaved":  # Eq. 6: layer r uses A^(r mod 2)
+                groups = [HeadGroup(H, a1 if layer % 2 == 0 else a2)]
+            else:  # Eq. 8: heads split between the two, concatenated
+                groups = [HeadGroup(H // 2, a1), HeadGroup(H - H // 2, a2)]
+        return SparseSelfAttention(
+            c.d_model, groups, c.block_size, bias=c.bias, checkpoint=c.checkpoint_attention
+        )
+
+    def build_positions(self) -> None:
+        c = self.config
+        if c.position != "factorized":
+            return super().build_positions()
+        self.pos_embs = nn.ModuleList(nn.Embedding(size, c.d_model) for size in c.position_dims)
+
+    def positions(self, start: int, T: int, device: torch.device) -> Tensor:
+        """Sum of the embeddings of each grid coordinate of positions ``start..start+T-1``: ``(T, C)``."""
+        if self.config.position != "factorized":
+            return super().positions(start, T, device)
+        pos = torch.arange(start, start + T, device=device)
+        out = 0
+        for emb, size in zip(
+            reversed(self.pos_embs), reversed(self.config.position_dims), strict=True
+        ):
+            out = out + emb(pos % size)  # last coordinate varies fastest (raster order)
+            pos = pos // size
+        return out
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The paper's initialisation (§5.2 and §6; see the module docstring)."""
+        c = self.config
+        n_emb = len(c.position_dims) if c.position == "factorized" else 1
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = 0.125 / math.sqrt(module.in_features)
+                if name.endswith(("attention.out_proj", "ff.w2")):
+                    std /= math.sqrt(2 * c.n_layers)
+                nn.init.normal_(module.weight, 0.0, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.125 / math.sqrt(c.d_model * n_emb))
+        nn.init.normal_(self.tok_emb.weight, 0.0, 0.125 / math.sqrt(c.d_model))
+        nn.init.zeros_(self.lm_head.weight)
+
+
+# --- presets -------------------------------------------------------------------------------------
+# Small byte-level models sized for 2 CPU cores at a context of 4096 (pg19mini recipes); the three
+# differ only in the attention pattern, for the paper's Table 2 comparison.
+_SMALL = dict(
+    vocab_size=256, max_seq_len=4096, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.0
+)
+register_preset(
+    "sparse_transformer_tiny",
+    SparseTransformerLM,
+    SparseTransformerConfig(
+        vocab_size=256,
+        max_seq_len=256,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        d_ff=256,
+        dropout=0.0,
+        pattern="fixed",
+        stride=16,
+        c=4,
+        block_size=4,
+    ),  # fmt: skip
+    "fixed pattern, stride 16, 2 layers, d=64: for tests and smoke runs",
+)
+register_preset(
+    "sparse_transformer_small",
+    SparseTransformerLM,
+    SparseTransformerConfig(**_SMALL, pattern="fixed", integration="merged", stride=128, c=32),
+    "fixed pattern (stride 128, c=32, merged heads: the paper's enwik8 choice), 4 layers, "
+    "d=256, context 4096",
+)
+register_preset(
+    "sparse_transformer_small_strided",
+    SparseTransformerLM,
+    SparseTransformerConfig(**_SMALL, pattern="strided", integration="multihead", stride=64),
+    "strided pattern (stride 64, heads split A1/A2), 4 layers, d=256, context 4096",
+)
+register_preset(
+    "sparse_transformer_small_dense",
+    SparseTransformerLM,
+    SparseTransformerConfig(**_SMALL, pattern="causal", stride=64),
+    "dense causal attention in the Sparse Transformer architecture (the Table 2 baseline), "
+    "context 4096",
+)
+register_preset(
+    "sparse_transformer_enwik8",
+    SparseTransformerLM,
+    SparseTransformerConfig(
+        vocab_size=256,
+        max_seq_len=12288,
+        d_model=512,
+        n_layers=30,
+        n_heads=8,
+        d_ff=2048,
+        dropout=0.4,
+        pattern="fixed",
+        integration="merged",
+        stride=128,
+        c=32,
+        checkpoint_attention=True,
+    ),  # fmt: skip
+    "the paper's enwik8 model (§7.3: 30 layers, 8 heads, d=512, fixed, stride 128, c=32, merged, "
+    "context 12,288): GPU-sized",
+)
