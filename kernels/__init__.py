@@ -11,7 +11,6 @@ Status: ``block_sparse_attention`` dispatches to its reference on every device; 
 from __future__ import annotations
 
 from torch import Tensor
-
 from zoo.kernels.block_sparse import (
     BlockSparsePlan,
     MaskMod,

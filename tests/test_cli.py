@@ -173,3 +173,14 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(CausalLM, "training_step", step)
     zoo("fit", *common, f"--ckpt_path={saved}")
     assert torch.load(saved.with_name("last.ckpt"), weights_only=False)["global_step"] == 6
+
+
+def test_pattern_command_draws_png(tmp_path, capsys):
+    out = tmp_path / "fixed.png"
+    main(["pattern", "fixed", "--out", str(out), "--n", "32", "--stride", "8", "--c", "2"])
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert str(out) in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:  # a missing parameter is a one-line error, status 2
+        main(["pattern", "fixed", "--out", str(out), "--stride", "8"])
+    assert exc.value.code == 2
+    assert "missing 1 required positional argument: 'c'" in capsys.readouterr().err

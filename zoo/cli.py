@@ -6,6 +6,8 @@
 - ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``)
   or a directory written by ``save_pretrained``.
 - ``zoo models``: the registered models.
+- ``zoo pattern NAME --out FILE.png``: draw an attention pattern of the catalogue (like Figure 3 of
+  the Sparse Transformer paper).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ commands:
   predict                 sample continuations of --data.init_args.prompts through Lightning
   generate                sample text from a checkpoint (see `zoo generate --help`)
   models                  list the registered models
+  pattern                 draw an attention pattern to PNG (see `zoo pattern --help`)
 
 example:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
@@ -181,6 +184,36 @@ def models_main(args: list[str]) -> None:
     Console().print(table)
 
 
+def pattern_main(args: list[str]) -> None:
+    from zoo.attention.patterns import PATTERNS, draw_pattern
+
+    parser = argparse.ArgumentParser(
+        prog="zoo pattern",
+        description="Draw an attention pattern: its connectivity matrix (blocks shaded) and the "
+        "keys one query attends to, to PNG.",
+    )
+    parser.add_argument("name", choices=sorted(PATTERNS))
+    parser.add_argument("--out", required=True, help="the PNG file to write")
+    parser.add_argument("--n", type=int, default=64, help="sequence length drawn")
+    parser.add_argument("--block-size", type=int, default=4)
+    parser.add_argument("--stride", type=int, help="strided / fixed: l")
+    parser.add_argument("--c", type=int, help="fixed: summary cells per block")
+    parser.add_argument("--distinct-summaries", action="store_true", help="fixed: per-head")
+    parser.add_argument("--window", type=int, help="local: positions attended")
+    parser.add_argument("--component", type=int, choices=(1, 2), help="A1 or A2 alone")
+    parser.add_argument("--query", type=int, help="the query shown on the right (default: last)")
+    parser.add_argument("--head", type=int, default=0, help="head drawn (distinct summaries)")
+    ns = parser.parse_args(args)
+    keys = ("stride", "c", "window", "component")
+    params = {k: getattr(ns, k) for k in keys if getattr(ns, k) is not None}
+    if ns.distinct_summaries:
+        params["distinct_summaries"] = True
+    path = draw_pattern(
+        ns.name, ns.out, n=ns.n, block_size=ns.block_size, query=ns.query, head=ns.head, **params
+    )
+    print(f"wrote {path}")
+
+
 def zoo_error(exc: BaseException) -> ZooError | None:
     """The zoo error behind ``exc``, if any (jsonargparse wraps errors raised in constructors)."""
     while exc is not None:
@@ -211,6 +244,8 @@ def _main(args: list[str]) -> None:
         generate_main(rest)
     elif command == "models":
         models_main(rest)
+    elif command == "pattern":
+        pattern_main(rest)
     elif command in ("fit", "validate", "test", "predict"):
         run_lightning(args)
     else:

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from zoo.kernels import BlockSparsePlan, block_sparse_attention, expand_layout
 
 from zoo.attention.patterns import fixed, local, strided
-from zoo.kernels import BlockSparsePlan, block_sparse_attention, expand_layout
 
 # per-dtype tolerances (outputs, gradients): inputs are rounded, math runs in fp32
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}

@@ -172,7 +172,7 @@ def test_untrained_model_predicts_uniform_and_generates():
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"tie_weights": True}, "output logits start at zero"),
+        ({"tie_weights": True}, "needs zero_init_logits=False"),
         ({"integration": "multihead", "n_heads": 1, "d_model": 32}, "n_heads >= 2"),
         ({"integration": "stacked"}, "integration='stacked' is not one of"),
         ({"pattern": "fixed", "c": 16}, "1 <= c <= stride"),
