@@ -11,8 +11,11 @@ FlashAttention's recomputation): the layout becomes, per row of query blocks, th
 blocks. Query blocks are processed a chunk at a time: gather the chunk's key/value blocks, compute
 the scores of those blocks only, softmax in fp32, and keep just the output and the row
 log-sum-exp. The backward pass recomputes the chunk's probabilities from the log-sum-exp and
-scatter-adds the key/value gradients. Peak memory is O(n * d) plus one chunk (never ``n x n``); time
-is proportional to the number of computed blocks.
+scatter-adds the key/value gradients. Both passes run with autocast switched off: under
+``torch.autocast`` the matmuls would otherwise drop to bf16 in the forward pass only (autocast is
+not active when backward runs), and gradients recomputed in fp32 against a log-sum-exp from bf16
+scores are wrong by up to the bf16 rounding of the logits. Peak memory is O(n * d) plus one chunk
+(never ``n x n``); time is proportional to the number of computed blocks.
 
 Shape legend: B batch, H heads, T positions, D head dim, b block_size, nb blocks per sequence,
 R query blocks in a chunk, K key blocks per query block.
@@ -205,6 +208,16 @@ class _BlockSparseAttention(torch.autograd.Function):
     def forward(
         ctx, q: Tensor, k: Tensor, v: Tensor, plan: BlockSparsePlan, scale: float
     ) -> Tensor:
+        with torch.autocast(q.device.type, enabled=False):
+            return _BlockSparseAttention._forward(ctx, q, k, v, plan, scale)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        with torch.autocast(grad_out.device.type, enabled=False):
+            return _BlockSparseAttention._backward(ctx, grad_out)
+
+    @staticmethod
+    def _forward(ctx, q: Tensor, k: Tensor, v: Tensor, plan: BlockSparsePlan, scale: float):
         B, H, T, D = q.shape
         nb, b = plan.nb, plan.b
         qb, kb, vb = (_pad_blocks(x, nb, b) for x in (q, k, v))  # (B, H, nb, b, D)
@@ -220,7 +233,7 @@ class _BlockSparseAttention(torch.autograd.Function):
         return out.view(B, H, nb * b, -1)[:, :, :T].to(q.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):
+    def _backward(ctx, grad_out: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
         plan, scale = ctx.plan, ctx.scale
         B, H, T, D = q.shape

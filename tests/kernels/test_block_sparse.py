@@ -79,6 +79,25 @@ def test_layout_alone_means_the_expanded_layout(dtype, causal):
     assert got[:, :, 2 * block : 3 * block].abs().max() == 0
 
 
+def test_autocast_does_not_change_the_math():
+    """Mixed-precision training calls the op inside ``torch.autocast`` (forward only): the scores
+    must stay fp32 there too, or the backward pass (run outside autocast) recomputes
+    probabilities that disagree with the saved log-sum-exp and returns wrong gradients."""
+    T, block, H, pattern = 64, 8, 4, fixed(16, 4, distinct_summaries=True)
+    q, k, v = inputs(1, H, T, 16, torch.bfloat16)
+    with torch.no_grad():
+        q *= 4  # logits of a trained model's size, where bf16 rounding shows
+    plan = BlockSparsePlan(pattern.layout(T, block, H), block, T, mask_mod=pattern.mask_mod)
+    grad = torch.randn(1, H, T, 16).bfloat16()
+    results = []
+    for enabled in (False, True):
+        with torch.autocast("cpu", torch.bfloat16, enabled=enabled):
+            out = block_sparse_attention(q, k, v, plan)
+        results.append((out, *torch.autograd.grad(out, (q, k, v), grad)))
+    for name, plain, mixed in zip(["out", "dq", "dk", "dv"], *results, strict=True):
+        torch.testing.assert_close(mixed, plain, rtol=0, atol=0, msg=name)
+
+
 def test_a_plan_is_reused_and_equals_the_layout_call():
     T, block, pattern = 50, 4, fixed(8, 2, distinct_summaries=True)
     q, k, v = inputs(2, 4, T, 8, torch.float32)

@@ -122,6 +122,18 @@ def test_decoding_takes_qk_in_fp32_so_half_precision_does_not_overflow(dtype):
         assert torch.isfinite(q.half() @ k.half().transpose(-1, -2)).all()
 
 
+def test_decoding_scores_stay_fp32_under_autocast():
+    """Sampling under ``torch.autocast`` must not let the fp32 QK^T drop back to half precision."""
+    attn = model_with(pattern="fixed", integration="merged").blocks[0].attention
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, n, 8, generator=g) * s for n, s in ((1, 6), (30, 6), (30, 1)))
+    pattern = attn.groups[0].pattern
+    plain = attn._decode(q, k, v, pattern, past=29)
+    with torch.autocast("cpu", torch.bfloat16):
+        mixed = attn._decode(q, k, v, pattern, past=29)
+    torch.testing.assert_close(mixed, plain, rtol=1e-6, atol=1e-6)
+
+
 def test_factorized_positions_are_row_plus_column_embeddings():
     model = model_with()
     assert model.config.position_dims == (8, 8)

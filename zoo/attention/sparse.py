@@ -155,8 +155,9 @@ class SparseSelfAttention(CausalSelfAttention):
         keep = torch.gather(allowed, 2, idx[:, None, :].expand(h, T, n_keys))  # (h, T, K)
         keep = keep & (torch.arange(n_keys, device=dev) < needed.sum(-1, keepdim=True))[:, None]
         gather = idx[None, :, :, None].expand(B, h, n_keys, D)
-        ks = torch.gather(k, 2, gather).float()  # (B, h, K, D)
-        vs = torch.gather(v, 2, gather).float()
-        s = (q.float() @ ks.transpose(-1, -2)) * D**-0.5  # (B, h, T, K)
-        p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
-        return (p @ vs).to(q.dtype)
+        with torch.autocast(dev.type, enabled=False):  # autocast would cast back to half
+            ks = torch.gather(k, 2, gather).float()  # (B, h, K, D)
+            vs = torch.gather(v, 2, gather).float()
+            s = (q.float() @ ks.transpose(-1, -2)) * D**-0.5  # (B, h, T, K)
+            p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+            return (p @ vs).to(q.dtype)
