@@ -4,8 +4,8 @@ Each op is an ``op_ref`` in pure PyTorch (the executable spec, runs anywhere) pl
 CUDA tensors. Models call only the dispatching op (``block_sparse_attention``). This package imports
 on machines without Triton or a GPU; Triton code is imported lazily.
 
-Status: ``block_sparse_attention`` dispatches to its reference on every device; the Triton path
-(and ``routing_attention``) are the kernel issue's work and plug into :func:`block_sparse_attention`.
+Status: ``block_sparse_attention`` and ``routing_attention`` dispatch to their references on every
+device; the Triton paths are the kernel issue's work and plug in here.
 """
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ from zoo.kernels.block_sparse import (
     block_sparse_attention_ref,
     expand_layout,
 )
+from zoo.kernels.routing import routing_attention_ref
+from zoo.kernels.sdpa import sdpa
 
 __all__ = [
     "BlockSparsePlan",
     "block_sparse_attention",
     "block_sparse_attention_ref",
     "expand_layout",
+    "routing_attention",
+    "routing_attention_ref",
+    "sdpa",
 ]
 
 
@@ -45,3 +50,22 @@ def block_sparse_attention(
     return block_sparse_attention_ref(
         q, k, v, layout, block_size, causal=causal, mask_mod=mask_mod, scale=scale
     )
+
+
+def routing_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_idx: Tensor,
+    k_idx: Tensor | None = None,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention within clusters of gathered tokens, outputs averaged back; see
+    :func:`routing_attention_ref`.
+
+    ``q, k, v``: ``(B, H, T, D)``; ``q_idx`` (and ``k_idx``, ``None`` = shared): ``(B, H, k, w)``
+    sorted positions. Returns ``(B, H, T, D)``.
+    """
+    return routing_attention_ref(q, k, v, q_idx, k_idx, causal=causal, scale=scale)

@@ -23,18 +23,15 @@ is the least-squares slope of log(time) against log(n).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import platform
-import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from zoo.kernels import benchtools
+from zoo.kernels.benchtools import machine, measure, time_and_peak, write_report
 
 METHODS = ("sdpa_causal", "dense_masked", "ours_fixed", "ours_strided")
 H, D = 2, 64
@@ -99,102 +96,30 @@ def run_one(method: str, n: int) -> dict:
             x.grad = None
         return time.perf_counter() - t
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    step()  # warm-up (and the memory peak)
-    times = sorted(step() for _ in range(3))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    return {"method": method, "n": n, "ms": 1e3 * times[1], "peak_mib": peak / 1024, **extra}
-
-
-def measure(method: str, n: int, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "zoo.kernels.bench_sparse_layer", "--one", method, str(n)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        return {"method": method, "n": n, "error": f"over {timeout:.0f} s"}
-    except subprocess.CalledProcessError as e:
-        tail = (e.stderr or "").strip().splitlines()[-1:] or ["killed"]
-        return {"method": method, "n": n, "error": tail[0][:80]}
-
-
-def growth(rows: list[dict], method: str) -> float | None:
-    pts = [
-        (math.log(r["n"]), math.log(r["ms"])) for r in rows if r["method"] == method and "ms" in r
-    ]
-    if len(pts) < 2:
-        return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    ms, peak = time_and_peak(step)
+    return {"method": method, "n": n, "ms": ms, "peak_mib": peak, **extra}
 
 
 def report(rows: list[dict], out: Path) -> str:
-    sizes = sorted({r["n"] for r in rows})
-    cell = {(r["method"], r["n"]): r for r in rows}
-    lines = [
+    header = [
         "# One attention layer, forward + backward, CPU",
         "",
-        f"`python -m zoo.kernels.bench_sparse_layer` on {platform.processor() or platform.machine()}"
-        f" ({torch.get_num_threads()} threads), torch {torch.__version__}; batch 1, {H} heads,"
+        f"`python -m zoo.kernels.bench_sparse_layer` on {machine()}; batch 1, {H} heads,"
         f" head dim {D}, fp32. Time: median of 3 (ms). Memory: peak RSS growth (MiB).",
-        "",
-        "| method | " + " | ".join(f"n={n}" for n in sizes) + " | time ~ n^k |",
-        "|---|" + "---|" * (len(sizes) + 1),
     ]
-    for metric, unit in (("ms", "ms"), ("peak_mib", "MiB")):
-        for m in METHODS:
-            vals = []
-            for n in sizes:
-                r = cell.get((m, n), {})
-                vals.append(f"{r[metric]:,.0f}" if metric in r else r.get("error", "-"))
-            k = growth(rows, m) if metric == "ms" else None
-            tail = f"{k:.2f}" if k is not None else ""
-            lines.append(f"| {m} ({unit}) | " + " | ".join(vals) + f" | {tail} |")
-    strides = {n: cell.get(("ours_fixed", n), {}).get("stride") for n in sizes}
-    lines += [
-        "",
-        "Fixed-pattern strides: " + ", ".join(f"n={n}: l={s}" for n, s in strides.items()),
-    ]
-    text = "\n".join(lines) + "\n"
-    out.mkdir(parents=True, exist_ok=True)
+    metrics = [("ms", "ms", "fwd+bwd time (ms)"), ("peak_mib", "MiB", "peak MiB")]
+    text = write_report(rows, METHODS, metrics, header, out, "sparse_layer_cpu")
+    strides = {r["n"]: r.get("stride") for r in rows if r["method"] == "ours_fixed"}
+    note = "Fixed-pattern strides: " + ", ".join(
+        f"n={n}: l={s}" for n, s in sorted(strides.items())
+    )
+    text += "\n" + note + "\n"
     (out / "sparse_layer_cpu.md").write_text(text)
-    (out / "sparse_layer_cpu.json").write_text(json.dumps(rows, indent=1))
-    plot(rows, out / "sparse_layer_cpu.png")
     return text
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, metric, label in (
-        (axes[0], "ms", "fwd+bwd time (ms)"),
-        (axes[1], "peak_mib", "peak MiB"),
-    ):
-        for m in METHODS:
-            pts = [(r["n"], r[metric]) for r in rows if r["method"] == m and metric in r]
-            if pts:
-                ax.loglog(*zip(*pts, strict=True), marker="o", label=m)
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per measurement")
-    parser.add_argument("--one", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    parser = benchtools.parser(__doc__, METHODS)
     ns = parser.parse_args(argv)
     if ns.one:
         print(json.dumps(run_one(ns.one[0], int(ns.one[1]))))
@@ -202,7 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     from rich.progress import track
 
     jobs = [(m, n) for n in ns.sizes for m in ns.methods]
-    rows = [measure(m, n, ns.timeout) for m, n in track(jobs, description="measuring")]
+    rows = [
+        measure("zoo.kernels.bench_sparse_layer", m, n, ns.timeout)
+        for m, n in track(jobs, description="measuring")
+    ]
     print(report(rows, ns.out))
 
 

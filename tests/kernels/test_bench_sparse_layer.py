@@ -21,6 +21,7 @@ def test_report_fits_the_growth_exponent_and_writes_files(tmp_path):
              for n in (1024, 4096)]  # fmt: skip
     rows.append({"method": "dense_masked", "n": 4096, "error": "over 600 s"})
     text = bench.report(rows, tmp_path)
+    assert "n=1024: l=64" in text
     assert "| sdpa_causal (ms) | 1,049 | 16,777 | 2.00 |" in text
     assert "| ours_fixed (ms) | 33 | 262 | 1.50 |" in text
     assert "over 600 s" in text

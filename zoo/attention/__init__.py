@@ -2,7 +2,9 @@
 
 from zoo.attention.cache import KVCache, LayerKVCache
 from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.local import RelativePositions, local_attention
 from zoo.attention.patterns import AttentionPattern, get_pattern
+from zoo.attention.routing import RoutingSelfAttention, SphericalKMeans
 from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 
 __all__ = [
@@ -11,6 +13,10 @@ __all__ = [
     "HeadGroup",
     "KVCache",
     "LayerKVCache",
+    "RelativePositions",
+    "RoutingSelfAttention",
     "SparseSelfAttention",
+    "SphericalKMeans",
     "get_pattern",
+    "local_attention",
 ]

@@ -28,6 +28,7 @@ class LayerKVCache:
         self.seq_len = 0  # number of cached positions S
         self._k: Tensor | None = None
         self._v: Tensor | None = None
+        self._aux: dict[str, Tensor] = {}
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``k, v`` of shape ``(B, H, T, D)``; return all cached keys and values ``(B, H, S+T, D)``.
@@ -51,6 +52,16 @@ class LayerKVCache:
         self._v[:, :, self.seq_len : end] = v
         self.seq_len = end
         return self._k[:, :, :end], self._v[:, :, :end]
+
+    def update_aux(self, name: str, x: Tensor) -> Tensor:
+        """Store per-position side information of the positions the last :meth:`update` appended
+        (``x`` ``(B, h, T, ...)``, e.g. a routing head's cluster ids); return all of it so far,
+        ``(B, h, S, ...)``."""
+        T, end = x.shape[2], self.seq_len
+        if name not in self._aux:
+            self._aux[name] = x.new_empty(*x.shape[:2], self.max_seq_len, *x.shape[3:])
+        self._aux[name][:, :, end - T : end] = x
+        return self._aux[name][:, :, :end]
 
 
 class KVCache:

@@ -1,6 +1,14 @@
 """Model families. Importing this package registers every family's presets."""
 
+from zoo.models.routing_transformer import RoutingTransformerConfig, RoutingTransformerLM
 from zoo.models.sparse_transformer import SparseTransformerConfig, SparseTransformerLM
 from zoo.models.transformer import TransformerConfig, TransformerLM
 
-__all__ = ["SparseTransformerConfig", "SparseTransformerLM", "TransformerConfig", "TransformerLM"]
+__all__ = [
+    "RoutingTransformerConfig",
+    "RoutingTransformerLM",
+    "SparseTransformerConfig",
+    "SparseTransformerLM",
+    "TransformerConfig",
+    "TransformerLM",
+]

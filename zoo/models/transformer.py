@@ -111,11 +111,12 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: LayerKVCache | None = None, **attention_kwargs) -> Tensor:
+        """``attention_kwargs`` go to the attention module (e.g. a routing layer's padding mask)."""
         if self.pre_norm:  # x + a, then + b: the Sparse Transformer's H + a + b
-            x = x + self.dropout(self.attention(self.norm1(x), cache))
+            x = x + self.dropout(self.attention(self.norm1(x), cache, **attention_kwargs))
             return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.attention(x, cache)))
+        x = self.norm1(x + self.dropout(self.attention(x, cache, **attention_kwargs)))
         return self.norm2(x + self.dropout(self.ff(x)))
 
 
@@ -210,10 +211,12 @@ class TransformerLM(PretrainedMixin, nn.Module):
         x = x + self.positions(start, T, idx.device).to(x.dtype)
         return self.emb_dropout(x)
 
-    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: KVCache | None = None, **attention_kwargs) -> Tensor:
+        """``attention_kwargs`` reach every layer's attention (e.g. the Routing Transformer's
+        ``padding_mask``); the dense attention takes none."""
         x = self.embed(idx, cache.seq_len if cache is not None else 0)  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache[i] if cache is not None else None)
+            x = block(x, cache[i] if cache is not None else None, **attention_kwargs)
         return self.lm_head(self.norm_f(x))  # (B, T, V)
 
 

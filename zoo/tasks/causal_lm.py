@@ -121,6 +121,9 @@ class CausalLM(LightningModule):
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/bpb", self.train_bpb, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        if hasattr(self.model, "training_logs"):  # e.g. routing cluster occupancy
+            for name, value in self.model.training_logs().items():
+                self.log(f"train/{name}", value)
         return loss
 
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: BitsPerByte) -> None:

@@ -1,0 +1,182 @@
+"""Routing attention: the k-means centroids (EMA, padding, DDP) and the layer's cluster selection."""
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from zoo.attention import RoutingSelfAttention, SphericalKMeans
+
+
+def kmeans_with(centroids, decay, normalize=False):
+    km = SphericalKMeans(1, centroids.shape[0], centroids.shape[1], decay, normalize)
+    km.centroids.copy_(centroids)
+    return km
+
+
+def test_ema_update_by_hand():
+    """mu <- decay mu + (1 - decay)/2 (sum of queries + sum of keys), per argmax centroid."""
+    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9)
+    q = torch.tensor([[2.0, 1.0], [1.0, 3.0], [3.0, 0.0]]).view(1, 1, 3, 2)  # -> 0, 1, 0
+    k = torch.tensor([[0.0, 2.0], [4.0, 1.0], [1.0, 1.0]]).view(1, 1, 3, 2)  # -> 1, 0, 0 (tie)
+    km.update(q, k)
+    # centroid 0: 0.9 [1, 0] + 0.05 ([2, 1] + [3, 0]) + 0.05 ([4, 1] + [1, 1])
+    # centroid 1: 0.9 [0, 1] + 0.05 [1, 3] + 0.05 [0, 2]
+    want = torch.tensor([[0.9 + 0.05 * 5 + 0.05 * 5, 0.05 * 1 + 0.05 * 2], [0.05, 0.9 + 0.25]])
+    torch.testing.assert_close(km.centroids[0], want)
+    # shared keys (k = None) count every query twice: (1 - decay) * sum of queries
+    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9)
+    km.update(q)
+    want = torch.tensor([[0.9 + 0.1 * 5, 0.1 * 1], [0.1 * 1, 0.9 + 0.1 * 3]])
+    torch.testing.assert_close(km.centroids[0], want)
+    torch.testing.assert_close(km.occupancy, torch.tensor([[4 / 3, 2 / 3]]))
+    # renormalised (the default): the same step, then unit rows
+    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9, normalize=True)
+    km.update(q)
+    torch.testing.assert_close(km.centroids[0], F.normalize(want, dim=-1))
+
+
+def test_update_ignores_padded_tokens_exactly():
+    torch.manual_seed(0)
+    x = torch.randn(2, 2, 6, 4)
+    padding = torch.tensor([[False] * 6, [False, False, False, True, True, True]])
+    padded = SphericalKMeans(2, 3, 4)
+    init = padded.centroids.clone()
+    padded.update(x, padding_mask=padding)
+    unpadded = SphericalKMeans(2, 3, 4)
+    unpadded.centroids.copy_(init)
+    unpadded.update(torch.cat([x[0], x[1, :, :3]], 1)[None])  # the real tokens only
+    torch.testing.assert_close(padded.centroids, unpadded.centroids)
+    moved = SphericalKMeans(2, 3, 4)
+    moved.centroids.copy_(init)
+    moved.update(x)  # padding included: a different result
+    assert not torch.allclose(moved.centroids, padded.centroids)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kmeans_recovers_planted_clusters(seed):
+    """Online updates on points around 4 planted directions: every centroid that wins points
+    wins them from one planted cluster, and every planted cluster is claimed."""
+    torch.manual_seed(seed)
+    D, n_planted = 16, 4
+    directions = torch.linalg.qr(torch.randn(D, D))[0][:n_planted]  # orthonormal
+    km = SphericalKMeans(1, 8, D, decay=0.9)
+    for _ in range(60):
+        labels = torch.randint(0, n_planted, (512,))
+        x = F.layer_norm(directions[labels] + 0.15 * torch.randn(512, D), (D,))
+        km.update(x.view(1, 1, 512, D))
+    labels = torch.randint(0, n_planted, (2000,))
+    x = F.layer_norm(directions[labels] + 0.15 * torch.randn(2000, D), (D,))
+    assigned = km.assign(x.view(1, 1, -1, D)).flatten()
+    claimed = set()
+    for c in assigned.unique():
+        members = labels[assigned == c]
+        purity = members.bincount(minlength=n_planted).max() / len(members)
+        assert purity > 0.98, f"centroid {c} mixes planted clusters (purity {purity:.2f})"
+        claimed.add(int(members.mode().values))
+    assert claimed == set(range(n_planted))
+
+
+def layer(**overrides):
+    torch.manual_seed(0)
+    kwargs = dict(d_model=32, n_heads=4, n_local_heads=2, window=8, n_clusters=4) | overrides
+    return RoutingSelfAttention(**kwargs)
+
+
+def test_every_cluster_holds_exactly_w_distinct_tokens_in_time_order():
+    attn = layer()
+    T = 30
+    q = F.layer_norm(torch.randn(3, 2, T, 8), (8,))
+    q_idx, k_idx = attn.select(q, q)
+    w = -(-T // 4)
+    assert k_idx is None and q_idx.shape == (3, 2, 4, w)
+    assert (q_idx[..., 1:] > q_idx[..., :-1]).all()  # sorted and distinct
+    assert q_idx.min() >= 0 and q_idx.max() < T
+    # the top w: no position left out scores higher against the centroid than one taken
+    scores = attn.kmeans.scores(q)
+    taken = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, q_idx, True)
+    worst_taken = scores.masked_fill(~taken, float("inf")).amin(-1)
+    best_left = scores.masked_fill(taken, float("-inf")).amax(-1)
+    assert (worst_taken >= best_left).all()
+
+
+def test_random_routing_picks_other_tokens():
+    attn = layer(routing="random")
+    q = F.layer_norm(torch.randn(1, 2, 64, 8), (8,))
+    top = layer().select(q, q)[0]
+    torch.manual_seed(1)
+    a = attn.select(q, q)[0]
+    torch.manual_seed(2)
+    b = attn.select(q, q)[0]
+    assert a.shape == top.shape and not torch.equal(a, b) and not torch.equal(a, top)
+
+
+def test_centroids_move_in_training_only():
+    attn = layer()
+    x = torch.randn(2, 16, 32)
+    before = attn.kmeans.centroids.clone()
+    attn.eval()
+    attn(x)
+    assert torch.equal(attn.kmeans.centroids, before)
+    attn.train()
+    attn(x)
+    assert not torch.equal(attn.kmeans.centroids, before)
+
+
+def test_causal_routing_is_strictly_causal():
+    attn = layer(routing="causal", causal_window=3).eval()
+    x = torch.randn(1, 24, 32)
+    base = attn(x)
+    for t in (0, 7, 23):
+        changed = x.clone()
+        changed[0, t] += 1.0
+        torch.testing.assert_close(attn(changed)[:, :t], base[:, :t], rtol=0, atol=0)
+
+
+def _ddp_worker(rank: int, world: int, store: str, x: torch.Tensor, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    km = SphericalKMeans(2, 3, 4)
+    km.update(x.chunk(world)[rank])
+    torch.save(km.centroids, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_ddp_all_reduces_centroid_statistics(tmp_path):
+    """Two processes with half the batch each end with identical centroids, equal to one process
+    updating on the whole batch."""
+    torch.manual_seed(5)
+    x = torch.randn(4, 2, 10, 4)
+    out = str(tmp_path / "centroids")
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), x, out), nprocs=2)
+    got = [torch.load(f"{out}.{r}") for r in range(2)]
+    torch.manual_seed(0)
+    single = SphericalKMeans(2, 3, 4)
+    single.update(x)
+    torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
+    torch.testing.assert_close(got[0], single.centroids)
+    torch.manual_seed(0)
+    alone = SphericalKMeans(2, 3, 4)
+    alone.update(x.chunk(2)[0])  # what rank 0 would keep without the all-reduce
+    assert not torch.allclose(alone.centroids, got[0])
+
+
+@pytest.mark.parametrize("routing", ["topw", "causal", "random"])
+def test_relative_positions_reach_every_routing_mode(routing):
+    attn = layer(routing=routing, max_relative_position=6)
+    attn(torch.randn(2, 20, 32)).sum().backward()
+    assert attn.relative.keys.weight.grad.abs().sum() > 0
+
+
+def test_centroid_math_stays_fp32_under_autocast():
+    torch.manual_seed(0)
+    x = torch.randn(2, 2, 50, 8) * 3
+    plain, mixed = SphericalKMeans(2, 4, 8), SphericalKMeans(2, 4, 8)
+    mixed.centroids.copy_(plain.centroids)
+    plain.update(x)
+    with torch.autocast("cpu", torch.bfloat16):
+        mixed.update(x)
+        scores = mixed.scores(x)
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(mixed.centroids, plain.centroids, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,119 @@
+"""The Routing Transformer: layer layout, the top-w leak and causal routing, decoding, logging."""
+
+import pytest
+import torch
+
+import zoo
+from zoo.attention import RoutingSelfAttention
+from zoo.errors import ConfigError
+from zoo.models import RoutingTransformerConfig, RoutingTransformerLM
+from zoo.models.routing_transformer import future_dependence
+
+SMALL = dict(
+    vocab_size=32, max_seq_len=64, d_model=32, n_layers=3, n_heads=4, d_ff=64, dropout=0.0,
+    n_local_heads=2, window=8, n_clusters=4,
+)  # fmt: skip
+
+
+def model_with(**overrides) -> RoutingTransformerLM:
+    torch.manual_seed(0)
+    return RoutingTransformerLM(RoutingTransformerConfig(**(SMALL | overrides)))
+
+
+def test_routing_heads_only_in_the_top_layers():
+    model = model_with(n_routing_layers=1)
+    layers = [b.attention for b in model.blocks]
+    assert all(isinstance(a, RoutingSelfAttention) for a in layers)
+    assert [a.n_routing for a in layers] == [0, 0, 2]
+    assert [a.kmeans is not None for a in layers] == [False, False, True]
+    assert "blocks.2.attention.kmeans.centroids" in model.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(n_local_heads=5), "n_local_heads"),
+        (dict(n_routing_layers=4), "n_routing_layers"),
+        (dict(routing="causal", shared_qk=False), "shared_qk"),
+        (dict(routing="greedy"), "routing"),
+        (dict(n_clusters=0), "n_clusters"),
+    ],
+)
+def test_config_errors_name_the_field(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        RoutingTransformerConfig(**(SMALL | overrides))
+
+
+def past_logit_shift(model, T=64):
+    """Largest change of past log-probabilities when one later token changes, over a few t."""
+    idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
+    rows = future_dependence(model, idx, [T // 4, T // 2, T - 1])
+    return max(r["max_logprob_change"] for r in rows)
+
+
+def test_top_w_selection_leaks_from_the_future_and_causal_routing_does_not():
+    """The documented subtlety: balanced top-w selection runs over the whole sequence, so a later
+    token can change which earlier tokens share a cluster. Causal routing cannot."""
+    with torch.no_grad():
+        assert past_logit_shift(model_with().eval()) > 1e-3
+        assert past_logit_shift(model_with(routing="causal").eval()) == 0.0
+        assert past_logit_shift(model_with(n_local_heads=4).eval()) == 0.0  # local only
+
+
+def test_cached_decoding_routes_causally():
+    """With a cache, every routing mode decodes as causal routing does over the whole sequence."""
+    topw = model_with().eval()
+    causal = model_with(routing="causal").eval()
+    causal.load_state_dict(topw.state_dict())
+    idx = torch.randint(0, 32, (2, 40))
+    cache = topw.init_cache(2)
+    steps = [topw(idx[:, :7], cache)] + [topw(idx[:, t : t + 1], cache) for t in range(7, 40)]
+    torch.testing.assert_close(torch.cat(steps, 1), causal(idx), rtol=1e-5, atol=1e-5)
+
+
+def test_relative_positions_alone_make_a_working_model():
+    model = model_with(position="none", max_relative_position=16, routing="causal").eval()
+    assert not hasattr(model, "pos_emb")
+    idx = torch.randint(0, 32, (1, 30))
+    cache = model.init_cache(1)
+    steps = [model(idx[:, :10], cache)] + [model(idx[:, t : t + 1], cache) for t in range(10, 30)]
+    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
+
+
+def test_an_untrained_model_generates():
+    model = zoo.create_model("routing_transformer_tiny").eval()
+    out = zoo.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=20)
+    assert out.shape == (1, 23)
+
+
+def test_padding_mask_reaches_the_centroids():
+    model = model_with()
+    idx = torch.randint(0, 32, (2, 16))
+    pad = torch.zeros(2, 16, dtype=torch.bool)
+    pad[1, 8:] = True
+    km = model.blocks[-1].attention.kmeans
+    init = km.centroids.clone()
+    model(idx, padding_mask=pad)
+    with_mask = km.centroids.clone()
+    km.centroids.copy_(init)
+    model(idx)
+    assert not torch.allclose(km.centroids, with_mask)
+
+
+def test_occupancy_is_logged_in_training(tmp_path):
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from zoo.tasks import CausalLM
+
+    task = CausalLM("routing_transformer_tiny", warmup_steps=1)
+    tokens = torch.randint(0, 256, (6, 65))
+    data = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=2)
+    trainer = Trainer(
+        max_steps=3, logger=CSVLogger(tmp_path), log_every_n_steps=1, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(task, train_dataloaders=data)
+    logged = trainer.callback_metrics
+    assert 0 <= logged["train/routing/occupancy_min"] <= 1 <= logged["train/routing/occupancy_max"]

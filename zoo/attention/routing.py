@@ -1,0 +1,324 @@
+"""Routing attention (Roy et al. 2020, "Efficient Content-Based Sparse Attention with Routing
+Transformers", TACL; Algorithm 1, §4.1) with local heads beside it.
+
+:class:`SphericalKMeans` holds one head's worth of centroids per routing head (a buffer, moved by an
+exponential moving average of the queries and keys assigned to each centroid, never by gradients).
+:class:`RoutingSelfAttention` splits a layer's heads into local heads (sliding window,
+:func:`zoo.attention.local.local_attention`) and routing heads, whose queries attend only to the
+keys routed to the same centroid.
+
+How a routing head picks its clusters (``routing``):
+
+- ``"topw"`` (default, Algorithm 1): every centroid takes the ``w = ceil(T / k)`` tokens scoring
+  highest against it, sorted back into time order; attention inside a cluster is causal on the
+  tokens' original positions; outputs are averaged over the clusters a token joined (zero if none).
+  Balanced and fast, but the top-``w`` runs over the WHOLE sequence: a later token can push an
+  earlier one out of a cluster, so a past prediction can depend on the future through the
+  selection (never through attention itself). docs/routing_transformer.md measures the effect.
+- ``"causal"``: every token joins its nearest centroid (argmax) and attends to the most recent
+  ``causal_window`` members of that cluster up to itself. Nothing depends on later tokens, so it
+  passes the strict causality test; cached decoding always routes this way.
+- ``"random"``: the paper's ablation, random ``w`` tokens per cluster instead of the top ``w``.
+
+Centroid updates (training only, Algorithm 1 lines 28-31): each token goes to its argmax centroid,
+``mu <- decay mu + (1 - decay)/2 (sum of its queries + sum of its keys)``, padding excluded; under
+``torch.distributed`` the sums are all-reduced first, so every process keeps the same centroids.
+
+Shape legend: B batch, T new positions, S cached + new positions, C d_model, H heads,
+h local/routing heads, D d_head, k clusters, w tokens per cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.attention.cache import LayerKVCache
+from zoo.attention.local import RelativePositions, local_attention
+from zoo.kernels import routing_attention
+
+__all__ = ["RoutingMode", "RoutingSelfAttention", "SphericalKMeans"]
+
+RoutingMode = Literal["topw", "causal", "random"]
+
+
+def unit_layer_norm(x: Tensor) -> Tensor:
+    """LayerNorm without scale or bias (Algorithm 1 lines 7-8): every vector gets norm ``sqrt(D)``."""
+    return F.layer_norm(x, x.shape[-1:])
+
+
+class SphericalKMeans(nn.Module):
+    """Online spherical k-means centroids, one set per head: ``centroids`` ``(H, k, D)`` fp32.
+
+    Initialised to random unit vectors, so an untrained model already routes (and generates).
+
+    Args:
+        n_heads: heads ``H`` with their own centroids.
+        n_clusters: ``k``.
+        d_head: ``D``.
+        decay: EMA decay ``lambda`` (the paper's 0.999).
+        normalize: renormalise each centroid to unit norm after an update (common spherical
+            k-means practice, not in Algorithm 1). Without it the argmax assignment favours
+            centroids with large norms, i.e. clusters that were large before: on planted clusters
+            (tests/attention/test_routing_layer.py) the literal update let 2-3 of 8 centroids
+            take every point in 6 of 8 seeds; renormalised, 8 of 8 seeds recovered the clusters.
+    """
+
+    def __init__(
+        self,
+        n_heads: int,
+        n_clusters: int,
+        d_head: int,
+        decay: float = 0.999,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        self.decay, self.normalize = decay, normalize
+        self.register_buffer(
+            "centroids", F.normalize(torch.randn(n_heads, n_clusters, d_head), dim=-1)
+        )
+        self.occupancy: Tensor | None = None  # (H, k) share of the last update's tokens x k
+
+    def extra_repr(self) -> str:
+        H, k, D = self.centroids.shape
+        return (
+            f"heads={H}, clusters={k}, d_head={D}, decay={self.decay}, normalize={self.normalize}"
+        )
+
+    def scores(self, x: Tensor) -> Tensor:
+        """``mu x^T``: ``x`` ``(B, H, T, D)`` -> ``(B, H, k, T)`` in fp32 (also under autocast)."""
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.einsum("hkd,bhtd->bhkt", self.centroids, x.float())
+
+    def assign(self, x: Tensor) -> Tensor:
+        """Nearest centroid (largest ``mu . x``) of every vector: ``(B, H, T)`` int64."""
+        return self.scores(x).argmax(2)
+
+    @torch.no_grad()
+    def update(
+        self, q: Tensor, k: Tensor | None = None, padding_mask: Tensor | None = None
+    ) -> None:
+        """One EMA step from queries ``q`` and keys ``k`` ``(B, H, T, D)`` (``None``: shared).
+
+        ``padding_mask`` ``(B, T)`` bool, True at padding: those tokens do not move centroids.
+        """
+        sums, counts = self._sums(q, padding_mask)
+        if k is None:
+            sums, counts = 2 * sums, 2 * counts
+        else:
+            ks, kc = self._sums(k, padding_mask)
+            sums, counts = sums + ks, counts + kc
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums)
+            dist.all_reduce(counts)
+        mu = self.decay * self.centroids + (1 - self.decay) / 2 * sums
+        if self.normalize:
+            mu = F.normalize(mu, dim=-1)
+        self.centroids.copy_(mu)
+        self.occupancy = counts / counts.sum(-1, keepdim=True).clamp(min=1) * counts.shape[-1]
+
+    def _sums(self, x: Tensor, padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        B, H, T, D = x.shape
+        k = self.centroids.shape[1]
+        rows = (self.assign(x) + torch.arange(H, device=x.device).view(1, H, 1) * k).flatten()
+        x = x.float().reshape(-1, D)  # (B H T, D), fp32 sums over many tokens
+        if padding_mask is not None:
+            keep = (~padding_mask)[:, None, :].expand(B, H, T).flatten()
+            rows, x = rows[keep], x[keep]
+        sums = x.new_zeros(H * k, D).index_add_(0, rows, x)
+        counts = torch.bincount(rows, minlength=H * k).to(x.dtype)
+        return sums.view(H, k, D), counts.view(H, k)
+
+
+class RoutingSelfAttention(nn.Module):
+    """A layer's heads split into ``n_local_heads`` local heads and routing heads.
+
+    Args:
+        d_model: model width ``C``.
+        n_heads: heads ``H``; ``d_head = C / H``.
+        n_local_heads: heads doing local attention; the other ``H - n_local_heads`` route.
+        window: local attention window.
+        n_clusters: centroids ``k`` per routing head.
+        routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
+        causal_window: in causal routing, the number of most recent cluster members attended to.
+        shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
+        decay, normalize_centroids: of :class:`SphericalKMeans`.
+        max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
+        bias: biases in the projections.
+
+    Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_local_heads: int,
+        window: int,
+        n_clusters: int,
+        routing: RoutingMode = "topw",
+        causal_window: int = 64,
+        shared_qk: bool = True,
+        decay: float = 0.999,
+        normalize_centroids: bool = True,
+        max_relative_position: int = 0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if not 0 <= n_local_heads <= n_heads:
+            raise ValueError(f"n_local_heads must be in [0, {n_heads}], got {n_local_heads}")
+        if routing == "causal" and not shared_qk:
+            raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.n_local, self.n_routing = n_local_heads, n_heads - n_local_heads
+        self.window, self.routing, self.causal_window = window, routing, causal_window
+        self.shared_qk = shared_qk
+        width = 3 * self.n_local + (2 if shared_qk else 3) * self.n_routing
+        self.qkv = nn.Linear(d_model, width * self.d_head, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.kmeans = (
+            SphericalKMeans(self.n_routing, n_clusters, self.d_head, decay, normalize_centroids)
+            if self.n_routing
+            else None
+        )
+        self.relative = (
+            RelativePositions(max_relative_position, self.d_head) if max_relative_position else None
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"local_heads={self.n_local}, window={self.window}, routing_heads={self.n_routing}, "
+            f"routing={self.routing!r}, shared_qk={self.shared_qk}"
+        )
+
+    def forward(
+        self, x: Tensor, cache: LayerKVCache | None = None, padding_mask: Tensor | None = None
+    ) -> Tensor:
+        B, T, _ = x.shape
+        ql, kl, vl, qr, kr, vr = self.project(x)
+        if self.training and self.kmeans is not None:
+            self.kmeans.update(qr.detach(), None if self.shared_qk else kr.detach(), padding_mask)
+        if cache is not None:
+            y = self._cached(
+                torch.cat([ql, qr], 1), torch.cat([kl, kr], 1), torch.cat([vl, vr], 1), cache
+            )
+        else:
+            y = torch.cat([self._local(ql, kl, vl), self._route(qr, kr, vr)], 1)
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    def project(self, x: Tensor) -> tuple[Tensor, ...]:
+        """``(B, T, C)`` -> local ``q, k, v`` ``(B, h_local, T, D)`` and routing ``q, k, v``
+        ``(B, h_routing, T, D)``, the routing queries and keys layer-normalised (``k is q`` when
+        shared)."""
+        B, T, _ = x.shape
+        D, hl, hr = self.d_head, self.n_local, self.n_routing
+        parts = self.qkv(x).view(B, T, -1, D).transpose(1, 2)  # (B, width, T, D)
+        # split, not slicing: each slice's backward would zero-fill a full-size gradient
+        sizes = [hl, hl, hl, hr] + ([hr] if self.shared_qk else [hr, hr])
+        ql, kl, vl, qr, *rest = parts.split(sizes, dim=1)
+        qr = unit_layer_norm(qr)
+        kr = qr if self.shared_qk else unit_layer_norm(rest[0])
+        return ql, kl, vl, qr, kr, rest[-1]
+
+    def _local(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return local_attention(q, k, v, self.window, relative=self.relative)
+
+    def _route(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Routing heads over a whole sequence: ``(B, h, T, D)`` -> ``(B, h, T, D)``."""
+        if self.kmeans is None:
+            return v
+        if self.routing == "causal":
+            return self._route_causal(q, v)
+        q_idx, k_idx = self.select(q, k)
+        if self.relative is None:
+            return routing_attention(q, k, v, q_idx, k_idx)
+        return self._route_relative(q, k, v, q_idx, k_idx)
+
+    def select(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Cluster members under ``"topw"`` / ``"random"`` routing (Algorithm 1 lines 9-18).
+
+        ``q, k``: normalised ``(B, h, T, D)``. Returns ``q_idx`` ``(B, h, k, w)``, each centroid's
+        ``w = ceil(T / k)`` best-scoring (or random) positions in time order, and ``k_idx`` likewise
+        for the keys (``None`` when keys are shared).
+        """
+        assert self.kmeans is not None
+        B, h, T, _ = q.shape
+        n_clusters = self.kmeans.centroids.shape[1]
+        w = math.ceil(T / n_clusters)
+        if self.routing == "random":
+            scores = torch.rand(B, h, n_clusters, T, device=q.device)
+        else:
+            scores = self.kmeans.scores(q)  # (B, h, k, T)
+        q_idx = scores.topk(w, -1).indices.sort(-1).values  # (B, h, k, w)
+        if self.shared_qk:
+            return q_idx, None
+        k_scores = scores if self.routing == "random" else self.kmeans.scores(k)
+        return q_idx, k_scores.topk(w, -1).indices.sort(-1).values
+
+    def _route_relative(
+        self, q: Tensor, k: Tensor, v: Tensor, q_idx: Tensor, k_idx: Tensor | None
+    ) -> Tensor:
+        """Routing with Shaw relative positions on original positions (the math path)."""
+        from zoo.kernels.routing import gather_clusters, scatter_mean
+
+        k_idx = q_idx if k_idx is None else k_idx
+        distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
+        y = self.relative.attend(
+            gather_clusters(q, q_idx), gather_clusters(k, k_idx), gather_clusters(v, k_idx),
+            distance >= 0, distance,
+        )  # fmt: skip
+        return scatter_mean(y, q_idx, q.shape[2])
+
+    def _route_causal(self, q: Tensor, v: Tensor) -> Tensor:
+        """Causal routing: sort tokens by (cluster, position), then local attention over the
+        sorted sequence restricted to equal clusters = the last ``causal_window`` members."""
+        assert self.kmeans is not None
+        B, h, T, D = q.shape
+        clusters = self.kmeans.assign(q)  # (B, h, T)
+        positions = torch.arange(T, device=q.device)
+        order = (clusters * T + positions).argsort(-1)  # (B, h, T)
+        gather = order[..., None].expand(B, h, T, D)
+        y = local_attention(
+            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), self.causal_window,
+            segments=clusters.gather(2, order), positions=order, relative=self.relative,
+        )  # fmt: skip
+        return torch.empty_like(y).scatter(2, gather, y)
+
+    def _cached(self, q: Tensor, k: Tensor, v: Tensor, cache: LayerKVCache) -> Tensor:
+        """Incremental decoding with a cache; routing heads route causally (see module doc).
+
+        ``q, k, v``: ``(B, H, T, D)`` of the new positions ``past..past+T-1``, local heads first.
+        """
+        B, H, T, D = q.shape
+        past = cache.seq_len
+        k, v = cache.update(k, v)  # (B, H, S, D)
+        S, dev = k.shape[2], q.device
+        qpos = torch.arange(past, past + T, device=dev)[:, None]  # (T, 1)
+        kpos = torch.arange(S, device=dev)[None, :]  # (1, S)
+        distance = qpos - kpos
+        local = (distance >= 0) & (distance < self.window)  # (T, S)
+        allowed = local.expand(B, H, T, S).clone()
+        if self.kmeans is not None:
+            hl = self.n_local
+            new = self.kmeans.assign(q[:, hl:])  # (B, h, T): the queries' clusters
+            clusters = cache.update_aux("clusters", self.kmeans.assign(k[:, hl:, past:]))
+            same = clusters[:, :, None, :] == new[..., None]  # (B, h, T, S)
+            same = same & (distance >= 0)
+            # members at or after each key, up to the query: the key must be among the last C
+            later = same.flip(-1).cumsum(-1).flip(-1)
+            allowed[:, hl:] = same & (later <= self.causal_window)
+        if self.relative is not None:
+            return self.relative.attend(q, k, v, allowed, distance)
+        with torch.autocast(dev.type, enabled=False):  # scores in fp32, as when sampling
+            s = (q.float() @ k.float().transpose(-1, -2)) * D**-0.5
+            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+            return (p @ v.float()).to(v.dtype)

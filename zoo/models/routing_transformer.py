@@ -1,0 +1,247 @@
+"""The Routing Transformer (Roy et al. 2020, "Efficient Content-Based Sparse Attention with Routing
+Transformers", TACL 2021).
+
+The decoder-only Transformer of :mod:`zoo.models.transformer` whose attention is
+:class:`~zoo.attention.RoutingSelfAttention`: in each layer ``n_local_heads`` heads attend locally
+(the previous ``window`` positions) and the rest route through online spherical k-means (§4.1,
+Algorithm 1). Routing can be restricted to the top ``n_routing_layers`` layers, as in the paper's
+PG-19 model (the lower layers are then all local); ``routing="random"`` is the paper's ablation and
+``routing="causal"`` the strictly causal assignment (docs/routing_transformer.md explains when to use
+which). Shaw et al. relative positions are an option (``max_relative_position``), alone
+(``position="none"``) or with absolute positions.
+
+Generation with a cache always routes causally (a token joins its nearest centroid and attends to
+that cluster's most recent ``causal_window`` members), because top-``w`` selection needs the whole
+sequence. For a model trained with ``routing="causal"`` cached and uncached decoding agree exactly.
+
+Shape legend: B batch, T positions, C d_model, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention import RoutingSelfAttention
+from zoo.attention.routing import RoutingMode
+from zoo.errors import ConfigError
+from zoo.models.transformer import TransformerConfig, TransformerLM
+from zoo.registry import register_model, register_preset
+
+__all__ = ["RoutingTransformerConfig", "RoutingTransformerLM", "future_dependence"]
+
+
+@dataclass(frozen=True)
+class RoutingTransformerConfig(TransformerConfig):
+    position: Literal["learned", "sinusoidal", "none"] = "learned"  # none: relative only
+    n_local_heads: int = 4  # local heads in routing layers (the rest route); other layers: all
+    n_routing_layers: int | None = None  # routing heads in the top this-many layers; None = all
+    window: int = 128  # local attention: positions attended, itself included
+    n_clusters: int = 16  # k centroids per routing head; w = ceil(T / k) tokens per cluster
+    routing: RoutingMode = "topw"  # topw (Algorithm 1) | causal | random (the ablation)
+    causal_window: int | None = None  # causal routing: recent members attended; None = T_max / k
+    shared_qk: bool = True  # keys = queries in routing heads (Algorithm 1, causal models)
+    ema_decay: float = 0.999  # centroid EMA decay lambda
+    normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
+    max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("window", "n_clusters"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
+        if not 0 <= self.n_local_heads <= self.n_heads:
+            raise ConfigError(
+                f"n_local_heads={self.n_local_heads} must be in [0, n_heads={self.n_heads}]"
+            )
+        if self.n_routing_layers is not None and not 0 <= self.n_routing_layers <= self.n_layers:
+            raise ConfigError(
+                f"n_routing_layers={self.n_routing_layers} must be in [0, n_layers={self.n_layers}]"
+            )
+        if self.causal_window is not None and self.causal_window <= 0:
+            raise ConfigError(f"causal_window must be positive, got {self.causal_window}")
+        if self.routing == "causal" and not self.shared_qk:
+            raise ConfigError("routing='causal' needs shared_qk=True (one cluster per token)")
+        if self.max_relative_position < 0:
+            raise ConfigError("max_relative_position must be >= 0 (0 turns it off)")
+
+    @property
+    def routing_window(self) -> int:
+        """Members of a cluster a token attends to under causal routing."""
+        return self.causal_window or max(1, self.max_seq_len // self.n_clusters)
+
+    def has_routing(self, layer: int) -> bool:
+        n = self.n_layers if self.n_routing_layers is None else self.n_routing_layers
+        return layer >= self.n_layers - n and self.n_local_heads < self.n_heads
+
+
+@register_model
+class RoutingTransformerLM(TransformerLM):
+    """Routing Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
+
+    ``forward(idx, cache=None, padding_mask=None)``; ``padding_mask`` ``(B, T)`` bool marks padding
+    tokens, which then do not move the centroids. Centroids are buffers: they are saved with the
+    weights and updated only in training mode.
+
+    Raises:
+        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+    """
+
+    model_type = "routing_transformer_lm"
+    config_class = RoutingTransformerConfig
+    config: RoutingTransformerConfig
+
+    def build_attention(self, layer: int) -> nn.Module:
+        c = self.config
+        routing = c.has_routing(layer)
+        return RoutingSelfAttention(
+            c.d_model,
+            c.n_heads,
+            n_local_heads=c.n_local_heads if routing else c.n_heads,
+            window=c.window,
+            n_clusters=c.n_clusters,
+            routing=c.routing,
+            causal_window=c.routing_window,
+            shared_qk=c.shared_qk,
+            decay=c.ema_decay,
+            normalize_centroids=c.normalize_centroids,
+            max_relative_position=c.max_relative_position,
+            bias=c.bias,
+        )
+
+    def build_positions(self) -> None:
+        if self.config.position != "none":
+            super().build_positions()
+
+    def positions(self, start: int, T: int, device: torch.device) -> Tensor:
+        if self.config.position == "none":
+            return torch.zeros(T, self.config.d_model, device=device)
+        return super().positions(start, T, device)
+
+    def training_logs(self) -> dict[str, Tensor]:
+        """Cluster occupancy of the last training step, for the logger: the share of tokens whose
+        nearest centroid is each centroid, times ``k`` (1 = balanced), min and max over routing
+        heads and layers. A min near 0 and a max near ``k`` mean the clusters collapsed."""
+        occupancy = [
+            m.kmeans.occupancy
+            for m in self.modules()
+            if isinstance(m, RoutingSelfAttention) and m.kmeans is not None
+            and m.kmeans.occupancy is not None
+        ]  # fmt: skip
+        if not occupancy:
+            return {}
+        every = torch.cat([o.flatten() for o in occupancy])
+        return {"routing/occupancy_min": every.min(), "routing/occupancy_max": every.max()}
+
+
+@torch.no_grad()
+def future_dependence(model: nn.Module, idx: Tensor, changes: list[int]) -> list[dict[str, float]]:
+    """How much the predictions BEFORE position ``t`` move when only token ``t`` changes.
+
+    For each ``t`` in ``changes``, token ``t`` of every row of ``idx`` ``(B, T)`` is replaced by the
+    next byte (``+1 mod V``) and the model re-run. A strictly causal model gives zeros. Returns one
+    dict per ``t``: ``max_logprob_change`` (nats, over positions ``< t`` and the vocabulary),
+    ``moved_positions`` (share of positions ``< t`` whose log-probabilities changed by > 1e-5),
+    ``nll_change_bits`` (mean absolute change of the next-token loss at positions ``< t - 1``, whose
+    targets are unchanged, in bits).
+    """
+    V = model.config.vocab_size
+    base = model(idx).float().log_softmax(-1)  # (B, T, V)
+    rows = []
+    for t in changes:
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 1) % V
+        out = model(changed).float().log_softmax(-1)
+        diff = (out[:, :t] - base[:, :t]).abs()  # (B, t, V)
+        targets = idx[:, 1:t, None]  # next tokens of positions 0..t-2, unchanged
+        nll = (out[:, : t - 1].gather(-1, targets) - base[:, : t - 1].gather(-1, targets)).abs()
+        rows.append({
+            "t": t,
+            "max_logprob_change": diff.max().item() if t else 0.0,
+            "moved_positions": (diff.amax(-1) > 1e-5).float().mean().item() if t else 0.0,
+            "nll_change_bits": nll.mean().item() / math.log(2) if t > 1 else 0.0,
+        })  # fmt: skip
+    return rows
+
+
+# --- presets -------------------------------------------------------------------------------------
+_SMALL = dict(
+    vocab_size=256, max_seq_len=4096, d_model=256, n_layers=4, n_heads=8, d_ff=1024, dropout=0.0,
+    position="learned", tie_weights=True, scale_embeddings=False, window=128, n_clusters=32,
+)  # fmt: skip
+
+register_preset(
+    "routing_transformer_tiny",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(
+        vocab_size=256,
+        max_seq_len=256,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        d_ff=256,
+        dropout=0.0,
+        position="learned",
+        scale_embeddings=False,
+        n_local_heads=2,
+        window=16,
+        n_clusters=4,
+    ),  # fmt: skip
+    "byte-level, 2 layers, d=64, 2 local + 2 routing heads: for tests and smoke runs",
+)
+register_preset(
+    "routing_transformer_small",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_SMALL, n_local_heads=4),
+    "4 local (window 128) + 4 routing heads (k=32) per layer, 4 layers, d=256, context 4096",
+)
+register_preset(
+    "routing_transformer_small_local",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_SMALL, n_local_heads=8),
+    "the small model with all 8 heads local (window 128): the routing ablation's baseline",
+)
+register_preset(
+    "routing_transformer_small_random",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_SMALL, n_local_heads=4, routing="random"),
+    "the small model with random instead of top-w routing (the paper's ablation)",
+)
+register_preset(
+    "routing_transformer_small_causal",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_SMALL, n_local_heads=4, routing="causal"),
+    "the small model with strictly causal routing (nearest centroid, last 128 members)",
+)
+register_preset(
+    "routing_transformer_small_dense",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**{**_SMALL, "n_local_heads": 8, "window": 4096}),
+    "the small model with dense causal attention (window = context): the full-attention baseline",
+)
+register_preset(
+    "routing_transformer_pg19",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(
+        vocab_size=98_304,
+        max_seq_len=8192,
+        d_model=1032,
+        n_layers=22,
+        n_heads=8,
+        d_ff=4128,
+        dropout=0.0,
+        position="none",
+        max_relative_position=256,
+        n_local_heads=6,
+        n_routing_layers=2,
+        window=256,
+        n_clusters=32,
+    ),  # fmt: skip
+    "the paper's PG-19 shape (22 layers, 8 heads, d=1032, n=8192, routing in the top 2 layers "
+    "with 2 routing heads, ~98k sub-word vocab); d_ff, window, k and relative positions are our "
+    "guesses (the paper does not give them). Not trained here",
+)
