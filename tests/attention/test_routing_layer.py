@@ -180,3 +180,15 @@ def test_centroid_math_stays_fp32_under_autocast():
         scores = mixed.scores(x)
     assert scores.dtype == torch.float32
     torch.testing.assert_close(mixed.centroids, plain.centroids, rtol=1e-6, atol=1e-6)
+
+
+def test_a_training_step_routes_with_the_centroids_it_started_with():
+    """Algorithm 1 routes with the current centroids and updates them afterwards."""
+    attn = layer(n_local_heads=0)
+    x = torch.randn(1, 32, 32)
+    before = attn.kmeans.centroids.clone()
+    train_out = attn.train()(x)
+    after = attn.kmeans.centroids.clone()
+    attn.kmeans.centroids.copy_(before)
+    torch.testing.assert_close(train_out, attn.eval()(x))
+    assert not torch.equal(after, before)

@@ -205,14 +205,14 @@ class RoutingSelfAttention(nn.Module):
     ) -> Tensor:
         B, T, _ = x.shape
         ql, kl, vl, qr, kr, vr = self.project(x)
-        if self.training and self.kmeans is not None:
-            self.kmeans.update(qr.detach(), None if self.shared_qk else kr.detach(), padding_mask)
         if cache is not None:
             y = self._cached(
                 torch.cat([ql, qr], 1), torch.cat([kl, kr], 1), torch.cat([vl, vr], 1), cache
             )
         else:
             y = torch.cat([self._local(ql, kl, vl), self._route(qr, kr, vr)], 1)
+        if self.training and self.kmeans is not None:  # after routing (Algorithm 1 lines 28-31)
+            self.kmeans.update(qr.detach(), None if self.shared_qk else kr.detach(), padding_mask)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def project(self, x: Tensor) -> tuple[Tensor, ...]:
@@ -230,6 +230,8 @@ class RoutingSelfAttention(nn.Module):
         return ql, kl, vl, qr, kr, rest[-1]
 
     def _local(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if not self.n_local:  # a layer of routing heads only
+            return v
         return local_attention(q, k, v, self.window, relative=self.relative)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
