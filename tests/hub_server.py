@@ -1,0 +1,323 @@
+"""A local Hugging Face Hub-compatible server for tests (stdlib only).
+
+The zoo's Hub code uses the official ``huggingface_hub`` client; tests point it at this server with
+``HF_ENDPOINT=http://127.0.0.1:PORT`` and ``HF_HUB_DISABLE_XET=1`` (the client cannot upload to a
+server without Xet otherwise). It implements the endpoints that client uses for model repos:
+create repo, YAML validation, preupload, git-LFS batch/upload/verify, NDJSON commits, repo info
+(also at old revisions), tree listings and ``resolve`` (HEAD and GET, byte ranges), with the Hub's
+error headers. Repos live in memory as immutable commits (``sha -> {path: blob}``) and branch refs,
+so pinned revisions keep resolving after new commits. ``../shared/TOOLCHAIN.md`` lists what the
+client needs from a server; this file follows it.
+
+Usage::
+
+    with HubServer() as hub:         # hub.url = "http://127.0.0.1:PORT"
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        ...
+    hub.fail_next["commit"] = 500    # inject a fault into the next commit (tests of interruptions)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlparse
+
+LFS_THRESHOLD = 10 * 1024 * 1024  # the Hub stores files this large (or binary ones) in LFS
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Blob:
+    data: bytes
+    lfs: bool
+
+    @property
+    def etag(self) -> str:
+        return hashlib.sha256(self.data).hexdigest() if self.lfs else git_blob_sha1(self.data)
+
+
+@dataclass
+class Repo:
+    commits: dict[str, dict[str, Blob]] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)  # branch -> commit sha
+
+    def resolve(self, rev: str) -> str | None:
+        if rev in self.refs:
+            return self.refs[rev]
+        return rev if rev in self.commits else None
+
+
+class HubServer:
+    """Start with ``with HubServer() as hub`` (or ``start()``/``stop()``); ``hub.url`` is the
+    endpoint. ``hub.repos`` maps ``"ns/name"`` to :class:`Repo` for assertions."""
+
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.lfs_objects: dict[str, bytes] = {}
+        self.fail_next: dict[str, int] = {}  # endpoint name -> HTTP status to answer once
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def start(self) -> HubServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def new_commit(self, repo: Repo, branch: str, files: dict[str, Blob]) -> str:
+        with self._lock:
+            self._counter += 1
+            sha = hashlib.sha1(f"commit {self._counter} {sorted(files)}".encode()).hexdigest()
+            repo.commits[sha] = files
+            repo.refs[branch] = sha
+        return sha
+
+
+def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
+    api_repo = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?$")
+    api_action = re.compile(
+        r"^/api/models/([^/]+/[^/]+)/(preupload|commit|tree)/([^/]+)(?:/(.*))?$"
+    )
+    resolve = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+    lfs_batch = re.compile(r"^/([^/]+/[^/]+)\.git/info/lfs/objects/batch$")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+        # --- plumbing -----------------------------------------------------------------------
+        def _send(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
+            self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, str(v))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _json(self, status: int, obj, headers: dict | None = None) -> None:
+            body = json.dumps(obj).encode()
+            self._send(status, body, {"Content-Type": "application/json", **(headers or {})})
+
+        def _error(self, status: int, code: str, message: str, headers: dict | None = None):
+            extra = {"X-Error-Code": code, "X-Error-Message": message, **(headers or {})}
+            self._json(status, {"error": message}, extra)
+
+        def _body(self) -> bytes:
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _fault(self, name: str) -> bool:
+            status = hub.fail_next.pop(name, None)
+            if status is None:
+                return False
+            self._body()
+            self._error(status, "InjectedFault", f"injected {status} on {name}")
+            return True
+
+        def _repo(self, repo_id: str) -> Repo | None:
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+            return repo
+
+        # --- verbs ---------------------------------------------------------------------------
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            path, query = unquote(url.path), parse_qs(url.query)
+            hub.requests.append((self.command, path))
+            if m := api_repo.match(path):
+                return self._info(m.group(1), m.group(2) or "main")
+            if (m := api_action.match(path)) and m.group(2) == "tree":
+                recursive = query.get("recursive", ["false"])[0] == "true"
+                return self._tree(m.group(1), m.group(3), m.group(4) or "", recursive)
+            if m := resolve.match(path):
+                return self._resolve(*m.groups())
+            self._error(404, "EntryNotFound", f"no route for {path}")
+
+        def do_PUT(self) -> None:
+            path = urlparse(self.path).path
+            hub.requests.append(("PUT", path))
+            if self._fault("upload"):
+                return
+            if m := re.match(r"^/lfs-upload/([0-9a-f]{64})$", path):
+                data = self._body()
+                if hashlib.sha256(data).hexdigest() != m.group(1):
+                    return self._error(400, "BadRequest", "sha256 mismatch")
+                hub.lfs_objects[m.group(1)] = data
+                return self._send(200)
+            self._error(404, "EntryNotFound", path)
+
+        def do_POST(self) -> None:
+            path = unquote(urlparse(self.path).path)
+            hub.requests.append(("POST", path))
+            if path == "/api/repos/create":
+                return self._create(json.loads(self._body() or b"{}"))
+            if path == "/api/validate-yaml":
+                self._body()
+                return self._json(200, {"errors": [], "warnings": []})
+            if m := lfs_batch.match(path):
+                return self._lfs_batch(json.loads(self._body()))
+            if re.match(r"^/lfs-verify/[0-9a-f]{64}$", path):
+                self._body()
+                return self._json(200, {})
+            if m := api_action.match(path):
+                repo_id, action, rev = m.group(1), m.group(2), m.group(3)
+                if self._fault(action):
+                    return
+                if action == "preupload":
+                    return self._preupload(repo_id, json.loads(self._body()))
+                if action == "commit":
+                    return self._commit(repo_id, rev, self._body())
+            self._error(404, "EntryNotFound", f"no route for {path}")
+
+        # --- endpoints -----------------------------------------------------------------------
+        def _create(self, req: dict) -> None:
+            if self._fault("create"):
+                return
+            repo_id = f"{req.get('organization') or 'user'}/{req['name']}"
+            url = {"url": f"{hub.url}/{repo_id}", "name": repo_id}
+            if repo_id in hub.repos:  # the client's exist_ok=True still reads "url"
+                message = "You already created this model repo"
+                return self._json(409, {"error": message, **url},
+                                  {"X-Error-Code": "RepoExists", "X-Error-Message": message})  # fmt: skip
+            repo = Repo()
+            hub.repos[repo_id] = repo
+            hub.new_commit(repo, "main", {".gitattributes": Blob(b"", lfs=False)})
+            self._json(200, url)
+
+        def _info(self, repo_id: str, rev: str) -> None:
+            if self._fault("info") or (repo := self._repo(repo_id)) is None:
+                return
+            sha = repo.resolve(rev)
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            files = repo.commits[sha]
+            self._json(200, {
+                "id": repo_id, "modelId": repo_id, "sha": sha, "private": False,
+                "siblings": [{"rfilename": p} for p in sorted(files)],
+            })  # fmt: skip
+
+        def _tree(self, repo_id: str, rev: str, prefix: str, recursive: bool) -> None:
+            if (repo := self._repo(repo_id)) is None:
+                return
+            sha = repo.resolve(rev)
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            entries, folders = [], set()
+            for p, blob in sorted(repo.commits[sha].items()):
+                if prefix and not p.startswith(prefix.rstrip("/") + "/"):
+                    continue
+                rest = p[len(prefix.rstrip("/")) + 1 :] if prefix else p
+                if not recursive and "/" in rest:
+                    folders.add((prefix.rstrip("/") + "/" if prefix else "") + rest.split("/")[0])
+                    continue
+                entry = {"type": "file", "path": p, "size": len(blob.data),
+                         "oid": git_blob_sha1(blob.data)}  # fmt: skip
+                if blob.lfs:
+                    entry["lfs"] = {"oid": blob.etag, "size": len(blob.data), "pointerSize": 134}
+                entries.append(entry)
+            entries += [{"type": "directory", "path": f, "oid": "0" * 40} for f in sorted(folders)]
+            self._json(200, entries)
+
+        def _resolve(self, repo_id: str, rev: str, file: str) -> None:
+            if (repo := self._repo(repo_id)) is None:
+                return
+            sha = repo.resolve(rev)
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            blob = repo.commits[sha].get(file)
+            if blob is None:
+                return self._error(404, "EntryNotFound", f"{file} not found",
+                                   {"X-Repo-Commit": sha})  # fmt: skip
+            headers = {"X-Repo-Commit": sha, "ETag": f'"{blob.etag}"',
+                       "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}  # fmt: skip
+            if blob.lfs:
+                headers |= {"X-Linked-Etag": f'"{blob.etag}"', "X-Linked-Size": len(blob.data)}
+            data, status = blob.data, 200
+            if m := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):
+                start = int(m.group(1))
+                end = int(m.group(2)) if m.group(2) else len(data) - 1
+                headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+                data, status = data[start : end + 1], 206
+            self._send(status, data, headers)
+
+        def _preupload(self, repo_id: str, req: dict) -> None:
+            if self._repo(repo_id) is None:
+                return
+            out = []
+            for f in req["files"]:
+                sample = base64.b64decode(f.get("sample", ""))
+                lfs = f["size"] >= LFS_THRESHOLD or b"\0" in sample
+                out.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular",
+                            "shouldIgnore": False})  # fmt: skip
+            self._json(200, {"files": out})
+
+        def _lfs_batch(self, req: dict) -> None:
+            objects = []
+            for o in req.get("objects", []):
+                entry = {"oid": o["oid"], "size": o["size"]}
+                if o["oid"] not in hub.lfs_objects:
+                    entry["actions"] = {
+                        "upload": {"href": f"{hub.url}/lfs-upload/{o['oid']}"},
+                        "verify": {"href": f"{hub.url}/lfs-verify/{o['oid']}"},
+                    }
+                objects.append(entry)
+            self._json(200, {"transfer": "basic", "objects": objects})
+
+        def _commit(self, repo_id: str, rev: str, body: bytes) -> None:
+            if (repo := self._repo(repo_id)) is None:
+                return
+            base = repo.resolve(rev)
+            if base is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            files = dict(repo.commits[base])
+            for line in body.decode().splitlines():
+                if not line.strip():
+                    continue
+                item = json.loads(line)
+                key, value = item["key"], item["value"]
+                if key == "header" and value.get("parentCommit") not in (None, base):
+                    return self._error(412, "BadRequest", "parentCommit is not the branch head")
+                if key == "file":
+                    files[value["path"]] = Blob(base64.b64decode(value["content"]), lfs=False)
+                elif key == "lfsFile":
+                    data = hub.lfs_objects.get(value["oid"])
+                    if data is None:
+                        return self._error(400, "BadRequest", f"LFS object {value['oid']} missing")
+                    files[value["path"]] = Blob(data, lfs=True)
+                elif key == "deletedFile":
+                    files.pop(value["path"], None)
+                elif key == "deletedFolder":
+                    folder = value["path"].rstrip("/") + "/"
+                    files = {p: b for p, b in files.items() if not p.startswith(folder)}
+            sha = hub.new_commit(repo, rev, files)
+            self._json(200, {"commitOid": sha, "commitUrl": f"{hub.url}/{repo_id}/commit/{sha}",
+                             "pullRequestUrl": None})  # fmt: skip
+
+    return Handler

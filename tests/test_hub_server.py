@@ -1,0 +1,81 @@
+"""The local Hub-compatible server, driven by the official huggingface_hub client (push and pull
+round trips as they would go through the Hub)."""
+
+import os
+
+import pytest
+from hub_server import HubServer
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    with HubServer() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_TOKEN", "test-token")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        import huggingface_hub.constants as c
+
+        monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the suite is offline; this server is local
+        monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+        yield server
+
+
+def test_push_then_pull_round_trip(hub, tmp_path):
+    api = HfApi(endpoint=hub.url, token="test-token")
+    url = api.create_repo("zoo/tiny", exist_ok=True)
+    assert "zoo/tiny" in str(url)
+    api.create_repo("zoo/tiny", exist_ok=True)  # exists: still fine
+    folder = tmp_path / "push"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"d_model": 8}')
+    weights = bytes(range(256)) * 64  # binary -> LFS
+    (folder / "model.safetensors").write_bytes(weights)
+    (folder / "README.md").write_text("---\nlibrary_name: attention-zoo\n---\n# tiny\n")
+    first = api.upload_folder(repo_id="zoo/tiny", folder_path=folder)
+    sha1 = first.oid
+    assert hub.repos["zoo/tiny"].commits[sha1]["model.safetensors"].lfs
+    assert not hub.repos["zoo/tiny"].commits[sha1]["config.json"].lfs
+
+    info = api.model_info("zoo/tiny")
+    assert info.sha == sha1
+    assert {s.rfilename for s in info.siblings} >= {"config.json", "model.safetensors"}
+    path = hf_hub_download(
+        "zoo/tiny", "model.safetensors", cache_dir=tmp_path / "cache", endpoint=hub.url
+    )
+    assert open(path, "rb").read() == weights
+
+    (folder / "config.json").write_text('{"d_model": 16}')
+    second = api.upload_folder(repo_id="zoo/tiny", folder_path=folder)
+    assert second.oid != sha1
+    old = hf_hub_download(
+        "zoo/tiny", "config.json", revision=sha1, cache_dir=tmp_path / "c2", endpoint=hub.url
+    )
+    assert open(old).read() == '{"d_model": 8}'  # pinned revisions keep resolving
+    snap = snapshot_download("zoo/tiny", cache_dir=tmp_path / "c3", endpoint=hub.url)
+    assert open(os.path.join(snap, "config.json")).read() == '{"d_model": 16}'
+    assert sorted(api.list_repo_files("zoo/tiny")) == [
+        ".gitattributes", "README.md", "config.json", "model.safetensors"
+    ]  # fmt: skip
+
+
+def test_errors_carry_the_hub_codes(hub, tmp_path):
+    api = HfApi(endpoint=hub.url, token="test-token")
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info("zoo/missing")
+    api.create_repo("zoo/tiny")
+    with pytest.raises(EntryNotFoundError):
+        hf_hub_download("zoo/tiny", "nope.bin", cache_dir=tmp_path / "cache", endpoint=hub.url)
+    hub.fail_next["commit"] = 500  # an interrupted push leaves the branch where it was
+    head = api.model_info("zoo/tiny").sha
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(HfHubHTTPError):
+        api.upload_file(
+            path_or_fileobj=tmp_path / "f.txt", path_in_repo="f.txt", repo_id="zoo/tiny"
+        )
+    assert api.model_info("zoo/tiny").sha == head
