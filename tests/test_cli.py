@@ -3,6 +3,7 @@
 import csv
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,19 @@ def test_test_reports_bits_per_byte(trained, capsys, monkeypatch):
     zoo("test", f"--ckpt_path={trained / 'checkpoints' / 'best.ckpt'}",
         "--trainer.limit_test_batches=2", "--trainer.logger=false")  # fmt: skip
     assert "test/bpb" in capsys.readouterr().out
+
+
+def test_ckpt_path_says_which_model_flags_it_ignores(trained, capsys, monkeypatch):
+    """LightningCLI takes the model's arguments from the checkpoint over the command line; a
+    changed model setting must not be dropped silently."""
+    monkeypatch.chdir(trained)
+    ckpt = f"--ckpt_path={trained / 'checkpoints' / 'best.ckpt'}"
+    common = ["--trainer.limit_test_batches=1", "--trainer.logger=false"]
+    with pytest.warns(UserWarning, match=r"ignored: lr=0\.5 \(checkpoint: 0\.002"):
+        zoo("test", ckpt, "--model.lr=0.5", *common)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ckpt_path: the model is rebuilt.*")
+        zoo("test", ckpt, *common)  # nothing changed: no warning
 
 
 def test_predict_samples_the_prompts(trained, capsys, monkeypatch):

@@ -56,10 +56,39 @@ def default_precision() -> str:
 
 
 class ZooCLI(LightningCLI):
-    """LightningCLI with the zoo's defaults (precision by hardware, a training summary)."""
+    """LightningCLI with the zoo's defaults (precision by hardware, a training summary).
+
+    With ``--ckpt_path`` LightningCLI rebuilds the model from the hyperparameters saved in the
+    checkpoint, and those replace what the command line or the config asked for (Lightning issue
+    #20801). We keep that behaviour but say which requested settings it dropped.
+    """
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults({"trainer.precision": default_precision()})
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        self._requested_model = self._model_init_args()  # before the checkpoint's hparams
+
+    def before_instantiate_classes(self) -> None:
+        used = self._model_init_args()
+        dropped = {
+            k: (v, used.get(k)) for k, v in self._requested_model.items() if used.get(k) != v
+        }
+        if dropped:
+            lines = ", ".join(f"{k}={v!r} (checkpoint: {c!r})" for k, (v, c) in dropped.items())
+            warnings.warn(
+                f"--ckpt_path: the model is rebuilt from the checkpoint's hyperparameters, so "
+                f"these model settings are ignored: {lines}. To use the weights with other "
+                "settings, load them in a script (zoo.tasks.CausalLM.load_from_checkpoint).",
+                stacklevel=1,
+            )
+
+    def _model_init_args(self) -> dict:
+        config = self.config.get(self.config.get("subcommand") or "", self.config)
+        model = config.get("model") if config is not None else None
+        init_args = getattr(model, "init_args", None)
+        return dict(vars(init_args)) if init_args is not None else {}
 
 
 def _quiet_warnings() -> None:
