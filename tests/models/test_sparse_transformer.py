@@ -202,3 +202,17 @@ def test_config_round_trips_through_json(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = zoo.from_pretrained(tmp_path)
     assert loaded.config == model.config and loaded.config.position_shape == (8, 2, 4)
+
+
+def test_plans_are_reused_and_bounded():
+    """A plan is built once per sequence length and reused; prefills of many lengths do not
+    accumulate plans without bound."""
+    from zoo.attention import sparse
+
+    attn = model_with(pattern="fixed", integration="merged").blocks[0].attention
+    first = attn.plan(0, 40, torch.device("cpu"))
+    assert attn.plan(0, 40, torch.device("cpu")) is first
+    for T in range(10, 10 + 3 * sparse.MAX_PLANS):
+        attn.plan(0, T, torch.device("cpu"))
+    assert len(attn._plans) == sparse.MAX_PLANS
+    assert (0, 10 + 3 * sparse.MAX_PLANS - 1, "cpu") in attn._plans  # the most recent stays

@@ -25,6 +25,7 @@ Shape legend: B batch, H heads, T new positions, S cached + new positions, D d_h
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,8 @@ from zoo.attention.patterns import AttentionPattern
 from zoo.kernels import BlockSparsePlan, block_sparse_attention
 
 __all__ = ["HeadGroup", "SparseSelfAttention", "column_attention"]
+
+MAX_PLANS = 8  # block-sparse plans kept per layer (one per head group and sequence length)
 
 
 @dataclass(frozen=True)
@@ -94,21 +97,27 @@ class SparseSelfAttention(CausalSelfAttention):
         self.groups = list(groups)
         self.block_size = block_size
         self.checkpoint = checkpoint
-        self._plans: dict[tuple[int, int, str], BlockSparsePlan] = {}
+        # most recently used last; prefills of many prompt lengths would otherwise pile up
+        self._plans: OrderedDict[tuple[int, int, str], BlockSparsePlan] = OrderedDict()
 
     def extra_repr(self) -> str:
         parts = ", ".join(f"{g.n_heads} x {g.pattern.name}" for g in self.groups)
         return f"heads=[{parts}], block_size={self.block_size}, checkpoint={self.checkpoint}"
 
     def plan(self, group: int, T: int, device: torch.device) -> BlockSparsePlan:
-        """The block-sparse plan of ``groups[group]`` for ``T`` positions (built once, kept)."""
+        """The block-sparse plan of ``groups[group]`` for ``T`` positions (built once; the
+        ``MAX_PLANS`` most recently used are kept)."""
         key = (group, T, str(device))
-        if key not in self._plans:
+        if key in self._plans:
+            self._plans.move_to_end(key)
+        else:
             g = self.groups[group]
             layout = g.pattern.layout(T, self.block_size, g.n_heads).to(device)
             self._plans[key] = BlockSparsePlan(
                 layout, self.block_size, T, mask_mod=g.pattern.mask_mod
             )
+            while len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
         return self._plans[key]
 
     def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
