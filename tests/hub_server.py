@@ -143,6 +143,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
             return repo
 
+        def _revision(self, repo_id: str, rev: str) -> tuple[Repo, str] | None:
+            """The repo and the commit ``rev`` names, or None after answering the Hub's error."""
+            if (repo := self._repo(repo_id)) is None:
+                return None
+            if (sha := repo.resolve(rev)) is None:
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+                return None
+            return repo, sha
+
         # --- verbs ---------------------------------------------------------------------------
         def do_HEAD(self) -> None:
             self.do_GET()
@@ -212,11 +221,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._json(200, url)
 
         def _info(self, repo_id: str, rev: str) -> None:
-            if self._fault("info") or (repo := self._repo(repo_id)) is None:
+            if self._fault("info") or (found := self._revision(repo_id, rev)) is None:
                 return
-            sha = repo.resolve(rev)
-            if sha is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            repo, sha = found
             files = repo.commits[sha]
             self._json(200, {
                 "id": repo_id, "modelId": repo_id, "sha": sha, "private": False,
@@ -224,11 +231,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             })  # fmt: skip
 
         def _tree(self, repo_id: str, rev: str, prefix: str, recursive: bool) -> None:
-            if (repo := self._repo(repo_id)) is None:
+            if (found := self._revision(repo_id, rev)) is None:
                 return
-            sha = repo.resolve(rev)
-            if sha is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            repo, sha = found
             entries, folders = [], set()
             for p, blob in sorted(repo.commits[sha].items()):
                 if prefix and not p.startswith(prefix.rstrip("/") + "/"):
@@ -246,11 +251,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._json(200, entries)
 
         def _resolve(self, repo_id: str, rev: str, file: str) -> None:
-            if (repo := self._repo(repo_id)) is None:
+            if (found := self._revision(repo_id, rev)) is None:
                 return
-            sha = repo.resolve(rev)
-            if sha is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            repo, sha = found
             blob = repo.commits[sha].get(file)
             if blob is None:
                 return self._error(404, "EntryNotFound", f"{file} not found",
@@ -291,11 +294,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._json(200, {"transfer": "basic", "objects": objects})
 
         def _commit(self, repo_id: str, rev: str, body: bytes) -> None:
-            if (repo := self._repo(repo_id)) is None:
+            if (found := self._revision(repo_id, rev)) is None:
                 return
-            base = repo.resolve(rev)
-            if base is None:
-                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            repo, base = found
             files = dict(repo.commits[base])
             for line in body.decode().splitlines():
                 if not line.strip():

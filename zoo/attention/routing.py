@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.local import RelativePositions, local_attention
 from zoo.kernels import routing_attention
+from zoo.kernels.routing import gather_clusters, scatter_mean
 
 __all__ = ["RoutingMode", "RoutingSelfAttention", "SphericalKMeans"]
 
@@ -270,8 +271,6 @@ class RoutingSelfAttention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, q_idx: Tensor, k_idx: Tensor | None
     ) -> Tensor:
         """Routing with Shaw relative positions on original positions (the math path)."""
-        from zoo.kernels.routing import gather_clusters, scatter_mean
-
         k_idx = q_idx if k_idx is None else k_idx
         distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
         y = self.relative.attend(
