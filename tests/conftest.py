@@ -30,3 +30,24 @@ def data_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "zoo-cache"))
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """A local Hub-compatible server (tests/hub_server.py) that the huggingface_hub client uses
+    through HF_ENDPOINT, with a token (HF_TOKEN) that may write everywhere and a fresh HF cache."""
+    from hub_server import HubServer
+
+    with HubServer() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_TOKEN", "test-token")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        import huggingface_hub.constants as c
+
+        monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the suite is offline; this server is local
+        monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+        yield server

@@ -15,6 +15,12 @@ Usage::
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         ...
     hub.fail_next["commit"] = 500    # inject a fault into the next commit (tests of interruptions)
+    hub.cut_downloads["model.safetensors"] = [1000, 0]  # its next two downloads stop after
+                                                        # 1000 and 0 bytes (dropped connections)
+    hub.tokens = {"ro": set()}       # token -> namespaces it may write to (None: all)
+
+Writes (create, preupload, LFS batch, commit) need ``Authorization: Bearer <token>`` with rights to
+the repo's namespace: no token is answered 401, a token without rights 403, as the Hub does.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class HubServer:
         self.lfs_objects: dict[str, bytes] = {}
         self.fail_next: dict[str, int] = {}  # endpoint name -> HTTP status to answer once
         self.requests: list[tuple[str, str]] = []
+        self.ranges: list[str] = []  # Range headers of file downloads, in order
+        self.cut_downloads: dict[str, list[int]] = {}  # file -> bytes sent before each drop
+        self.tokens: dict[str, set[str] | None] = {"test-token": None}
         self._lock = threading.Lock()
         self._counter = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -137,6 +146,22 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._error(status, "InjectedFault", f"injected {status} on {name}")
             return True
 
+        def _authorized(self, namespace: str) -> bool:
+            """The Hub's answers to writes without a token (401) or without rights (403)."""
+            auth = self.headers.get("Authorization", "")
+            token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
+            if token is None or token not in hub.tokens:
+                self.close_connection = True  # the request body (if unread) is not drained
+                self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
+                return False
+            rights = hub.tokens[token]
+            if rights is not None and namespace not in rights:
+                self.close_connection = True
+                message = f"You don't have the rights to write to the namespace {namespace}"
+                self._error(403, "Forbidden", message)
+                return False
+            return True
+
         def _repo(self, repo_id: str) -> Repo | None:
             repo = hub.repos.get(repo_id)
             if repo is None:
@@ -191,13 +216,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._body()
                 return self._json(200, {"errors": [], "warnings": []})
             if m := lfs_batch.match(path):
+                if not self._authorized(m.group(1).split("/")[0]):
+                    return
                 return self._lfs_batch(json.loads(self._body()))
             if re.match(r"^/lfs-verify/[0-9a-f]{64}$", path):
                 self._body()
                 return self._json(200, {})
             if m := api_action.match(path):
                 repo_id, action, rev = m.group(1), m.group(2), m.group(3)
-                if self._fault(action):
+                if not self._authorized(repo_id.split("/")[0]) or self._fault(action):
                     return
                 if action == "preupload":
                     return self._preupload(repo_id, json.loads(self._body()))
@@ -207,9 +234,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
 
         # --- endpoints -----------------------------------------------------------------------
         def _create(self, req: dict) -> None:
-            if self._fault("create"):
-                return
             repo_id = f"{req.get('organization') or 'user'}/{req['name']}"
+            if not self._authorized(repo_id.split("/")[0]) or self._fault("create"):
+                return
             url = {"url": f"{hub.url}/{repo_id}", "name": repo_id}
             if repo_id in hub.repos:  # the client's exist_ok=True still reads "url"
                 message = "You already created this model repo"
@@ -263,11 +290,23 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if blob.lfs:
                 headers |= {"X-Linked-Etag": f'"{blob.etag}"', "X-Linked-Size": len(blob.data)}
             data, status = blob.data, 200
+            if self.command == "GET":
+                hub.ranges.append(self.headers.get("Range", ""))
             if m := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):
                 start = int(m.group(1))
                 end = int(m.group(2)) if m.group(2) else len(data) - 1
                 headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
                 data, status = data[start : end + 1], 206
+            if self.command == "GET" and hub.cut_downloads.get(file):  # dropped mid-file
+                cut = hub.cut_downloads[file].pop(0)
+                self.send_response(status)
+                for k, v in (headers | {"Content-Length": len(data)}).items():
+                    self.send_header(k, str(v))
+                self.end_headers()
+                self.wfile.write(data[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self._send(status, data, headers)
 
         def _preupload(self, repo_id: str, req: dict) -> None:

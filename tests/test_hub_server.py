@@ -4,26 +4,8 @@ round trips as they would go through the Hub)."""
 import os
 
 import pytest
-from hub_server import HubServer
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    with HubServer() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        monkeypatch.setenv("HF_TOKEN", "test-token")
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-        import huggingface_hub.constants as c
-
-        monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", True)
-        monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the suite is offline; this server is local
-        monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
-        yield server
 
 
 def test_push_then_pull_round_trip(hub, tmp_path):

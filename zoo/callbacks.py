@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import platform
 import time
 from pathlib import Path
+from typing import Any
 
+import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["SampleWriter", "TrainingSummary"]
+__all__ = ["SampleWriter", "TrainingSummary", "hardware"]
+
+
+def hardware(trainer: Trainer | None = None) -> str:
+    """The machine a run uses, for model cards: ``"1 x NVIDIA H100 80GB HBM3"`` or
+    ``"AMD EPYC 9R14 (2 threads)"``."""
+    if torch.cuda.is_available() and (
+        trainer is None or trainer.strategy.root_device.type == "cuda"
+    ):
+        n = trainer.num_devices if trainer is not None else 1
+        return f"{n} x {torch.cuda.get_device_name()}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} ({torch.get_num_threads()} threads)"
 
 
 class TrainingSummary(Callback):
@@ -18,13 +40,43 @@ class TrainingSummary(Callback):
 
     Tokens are the input positions of every training batch (``batch[0].numel()``) summed over all
     processes. Wall time runs from the first to the last training batch, so it includes periodic
-    validation but not start-up.
+    validation but not start-up. Tokens, wall time, hardware and precision are saved in every
+    checkpoint (the callback's state) and carried over when a run resumes: ``zoo push`` reads them
+    for the model card.
     """
 
     def __init__(self) -> None:
         self.tokens = 0
         self.start: float | None = None
         self.end: float | None = None
+        self.previous_wall = 0.0  # seconds trained before a resume
+        self.hardware: list[str] = []
+        self.precision = ""
+
+    @property
+    def wall_time(self) -> float:
+        """Training wall time in seconds, over all resumes."""
+        return self.previous_wall + (self.end or 0.0) - (self.start or 0.0)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        here = hardware(trainer)
+        if here not in self.hardware:
+            self.hardware.append(here)
+        self.precision = str(trainer.precision)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "wall_time": self.wall_time,
+            "hardware": list(self.hardware),
+            "precision": self.precision,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.tokens = int(state_dict.get("tokens", 0))
+        self.previous_wall = float(state_dict.get("wall_time", 0.0))
+        self.hardware = list(state_dict.get("hardware", []))
+        self.start = self.end = None
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
@@ -37,11 +89,11 @@ class TrainingSummary(Callback):
     ) -> None:
         self.tokens += batch[0].numel() * trainer.world_size
         self.end = time.perf_counter()
-        if self.start is not None and self.end > self.start:
-            pl_module.log("train/tokens_per_sec", self.tokens / (self.end - self.start))
+        if self.wall_time > 0:
+            pl_module.log("train/tokens_per_sec", self.tokens / self.wall_time)
 
     def summary(self, pl_module: LightningModule, trainer: Trainer) -> dict[str, float]:
-        wall = (self.end or 0.0) - (self.start or 0.0)
+        wall = self.wall_time
         model = getattr(pl_module, "model", pl_module)
         return {
             "parameters": sum(p.numel() for p in model.parameters()),

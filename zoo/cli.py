@@ -3,8 +3,9 @@
 - ``zoo fit | validate | test | predict --config recipes/...yaml``: LightningCLI (jsonargparse), so every
   constructor argument of the LightningModule, DataModule and Trainer is a flag or a YAML key, and
   ``--print_config`` prints the resolved config.
-- ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``)
-  or a directory written by ``save_pretrained``.
+- ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``),
+  a published checkpoint (``zoo list``), a Hub repo id or a directory written by ``save_pretrained``.
+- ``zoo list | pull | evaluate | export | push``: published checkpoints (:mod:`zoo.hub.cli`).
 - ``zoo models``: the registered models.
 - ``zoo pattern NAME --out FILE.png``: draw an attention pattern of the catalogue (like Figure 3 of
   the Sparse Transformer paper).
@@ -32,11 +33,16 @@ commands:
   fit | validate | test   train and evaluate with Lightning (see `zoo fit --help`)
   predict                 sample continuations of --data.init_args.prompts through Lightning
   generate                sample text from a checkpoint (see `zoo generate --help`)
+  list                    the published checkpoints (checkpoints.yaml)
+  pull                    download and verify a published checkpoint
+  evaluate                bits per byte of a model on a split; --registered re-measures
+  export | push           publish a trained run (folder with model card; Hugging Face Hub)
   models                  list the registered models
   pattern                 draw an attention pattern to PNG (see `zoo pattern --help`)
 
-example:
+examples:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
+  zoo generate --checkpoint transformer_lm_small.pg19mini --prompt "It was"
 """
 
 
@@ -123,19 +129,17 @@ def run_lightning(args: list[str]) -> None:
 
 
 def load_for_generation(checkpoint: str, device: str = "cpu"):
-    """A model from a Lightning ``.ckpt`` (of :class:`~zoo.tasks.CausalLM`) or a pretrained directory."""
+    """A model from a Lightning ``.ckpt`` (of :class:`~zoo.tasks.CausalLM`) or anything
+    :func:`zoo.from_pretrained` takes (published name, Hub repo id, pretrained directory)."""
     from zoo.errors import CheckpointError
     from zoo.pretrained import from_pretrained
     from zoo.tasks import CausalLM
 
     path = Path(checkpoint)
-    if path.is_dir():
-        return from_pretrained(path, device=device)
+    if path.suffix != ".ckpt" or path.is_dir():
+        return from_pretrained(checkpoint, device=device)
     if not path.is_file():
-        raise CheckpointError(
-            f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit` or a "
-            "directory written by save_pretrained."
-        )
+        raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")
     try:
         module = CausalLM.load_from_checkpoint(path, map_location=device)
     except Exception as e:
@@ -150,7 +154,10 @@ def generate_main(args: list[str]) -> None:
         prog="zoo generate", description="Sample text from a trained model."
     )
     parser.add_argument(
-        "--checkpoint", required=True, help="a .ckpt from `zoo fit` or a save_pretrained directory"
+        "--checkpoint",
+        required=True,
+        help="a .ckpt from `zoo fit`, a published checkpoint (`zoo list`), a Hub repo id or a "
+        "save_pretrained directory",
     )
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -168,12 +175,11 @@ def generate_main(args: list[str]) -> None:
     ns = parser.parse_args(args)
 
     from zoo.data.text import ByteTokenizer
-    from zoo.errors import CheckpointError
     from zoo.generation import generate
 
     try:
         model = load_for_generation(ns.checkpoint, ns.device)
-    except CheckpointError as e:
+    except ZooError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     tokenizer = ByteTokenizer()
     prompt = torch.tensor([tokenizer.encode(ns.prompt)] * ns.num_samples, device=ns.device)
@@ -264,6 +270,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
 
 
+HUB_COMMANDS = ("list", "pull", "evaluate", "export", "push")
+
+
 def _main(args: list[str]) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
@@ -275,6 +284,10 @@ def _main(args: list[str]) -> None:
         models_main(rest)
     elif command == "pattern":
         pattern_main(rest)
+    elif command in HUB_COMMANDS:
+        from zoo.hub import cli as hub_cli
+
+        getattr(hub_cli, f"{command}_main")(rest)
     elif command in ("fit", "validate", "test", "predict"):
         run_lightning(args)
     else:

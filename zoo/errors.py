@@ -8,8 +8,11 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "ChecksumError",
     "ConfigError",
     "DataNotFoundError",
+    "HubError",
+    "RegistryError",
     "UnknownModelError",
     "ZooError",
 ]
@@ -36,3 +39,26 @@ class CheckpointError(ZooError, RuntimeError):
 
 class DataNotFoundError(ZooError, FileNotFoundError):
     """A data set could not be found locally and could not be downloaded."""
+
+
+class ChecksumError(CheckpointError):
+    """A checkpoint file's sha256 differs from the one ``checkpoints.yaml`` registers.
+
+    Attributes: ``path`` (the file), ``expected`` and ``actual`` (hex sha256 digests).
+    """
+
+    def __init__(self, path: str, expected: str, actual: str, hint: str = "") -> None:
+        self.path, self.expected, self.actual = path, expected, actual
+        super().__init__(
+            f"checksum mismatch for {path}: checkpoints.yaml registers sha256 {expected}, "
+            f"the file has {actual}. The file is truncated, corrupt or was changed; nothing was "
+            f"loaded.{(' ' + hint) if hint else ''}"
+        )
+
+
+class RegistryError(ConfigError):
+    """``checkpoints.yaml`` (or an entry of it) fails schema validation."""
+
+
+class HubError(ZooError, RuntimeError):
+    """The Hugging Face Hub refused a request, or could not be reached and nothing is cached."""

@@ -154,27 +154,53 @@ def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
 
 
 def from_pretrained(
-    path: str | os.PathLike,
+    name_or_path: str | os.PathLike,
     *,
+    revision: str | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    force_download: bool = False,
 ) -> nn.Module:
-    """Load a model saved by ``save_pretrained`` from a local directory, in eval mode.
+    """Load a pretrained model, in eval mode.
 
     Args:
-        path: directory holding ``config.json`` and ``model.safetensors``.
+        name_or_path: a published checkpoint (``"transformer_lm_small.pg19mini"``, see ``zoo list``;
+            a bare model name works when it has one checkpoint), a Hub repo id (``"ns/name"``,
+            optionally ``"ns/name@revision"``), or a local directory written by ``save_pretrained``.
+        revision: a Hub branch, tag or commit for a repo id (published names are pinned).
         device: where to put the model (default: CPU).
-        dtype: cast floating-point weights to this dtype (default: as saved).
+        dtype: cast floating-point weights to this dtype (default: as saved, fp32).
+        cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
+        force_download: download again even if the files are cached or shipped.
+
+    Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``;
+    the copy shipped in the repository (``checkpoints/<name>/``) is used when it matches, the Hub
+    (through the Hugging Face cache, respecting ``HF_HUB_OFFLINE``) otherwise (:mod:`zoo.hub`).
 
     Raises:
+        UnknownModelError: not a directory, a published name or a repo id (close names suggested).
+        ChecksumError: a file differs from its registered sha256 (nothing is loaded).
+        HubError: the Hub refused or is unreachable and nothing usable is cached.
         CheckpointError: missing files, a corrupt weights file, or weights that do not match the config.
     """
-    directory = Path(path)
-    if not directory.is_dir():
+    from zoo.hub.download import resolve
+
+    path = str(name_or_path)
+    is_path = (
+        path.count("/") > 1 or path.startswith(("/", ".", "~")) or os.sep != "/" and os.sep in path
+    )
+    if (
+        is_path and not Path(path).is_dir()
+    ):  # not a name or "ns/repo": a directory that is not there
         raise CheckpointError(
-            f"{str(path)!r} is not a directory. from_pretrained takes a directory written by "
-            f"model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME})."
+            f"{path!r} is not a directory. from_pretrained takes a directory written by "
+            f"model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME}), a published "
+            "checkpoint name (`zoo list`) or a Hub repo id."
         )
+    directory, _ = resolve(
+        name_or_path, revision, cache_dir=cache_dir, force_download=force_download
+    )
     cls, config = _read_config(directory / CONFIG_NAME)
     model = cls(config)
     load_weights(model, directory / WEIGHTS_NAME)

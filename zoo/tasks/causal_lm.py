@@ -58,12 +58,38 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return f
 
 
+def _init_from(source: str, overrides: dict[str, Any]) -> torch.nn.Module:
+    """The pretrained model ``source`` with config ``overrides``, in train mode."""
+    from zoo.pretrained import from_pretrained
+
+    pretrained = from_pretrained(source)
+    if not overrides:
+        return pretrained.train()
+    model = type(pretrained)(pretrained.config.replace(**overrides))
+    try:
+        model.load_state_dict(pretrained.state_dict())
+    except RuntimeError as e:
+        raise ConfigError(
+            f"model_config {overrides} changes the shapes of {source}'s weights, so they cannot "
+            f"initialise it ({str(e).splitlines()[-1].strip()}). With init_from, only override "
+            "settings that keep every shape (dropout, ...)."
+        ) from None
+    return model
+
+
 class CausalLM(LightningModule):
     """Next-token prediction for any registered decoder-only model.
 
     Args:
-        model: a registered model name (``zoo.list_models()``).
+        model: a registered model name (``zoo.list_models()``); ignored with ``init_from``.
         model_config: overrides of that model's config fields (unknown keys are an error).
+        init_from: start from pretrained weights: a published checkpoint (``zoo list``), a Hub repo
+            id or a ``save_pretrained`` directory (anything :func:`zoo.from_pretrained` takes). The
+            architecture is the checkpoint's; ``model_config`` may still change settings that keep
+            every weight's shape (``dropout``, ...). For fine-tuning:
+            ``zoo fit --config ... --model.init_from transformer_lm_small.pg19mini``. Loading a
+            checkpoint of such a run fetches ``init_from`` again (verified, usually the shipped copy
+            or the HF cache) before its own weights replace it.
         lr: peak learning rate.
         weight_decay: AdamW weight decay, applied to weight matrices only (not biases, norms).
         betas: AdamW betas.
@@ -90,6 +116,7 @@ class CausalLM(LightningModule):
         lr_schedule: Literal["cosine", "inverse_sqrt", "constant"] = "cosine",
         min_lr_ratio: float = 0.1,
         sampling: dict[str, Any] | None = None,
+        init_from: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -99,7 +126,10 @@ class CausalLM(LightningModule):
             raise ConfigError(
                 f"unknown sampling key(s) {sorted(unknown)}; valid: {sorted(SAMPLING_KEYS)}"
             )
-        self.model = create_model(model, **(model_config or {}))
+        if init_from is None:
+            self.model = create_model(model, **(model_config or {}))
+        else:
+            self.model = _init_from(init_from, model_config or {})
         self.train_bpb, self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte(), BitsPerByte()
 
     def forward(self, idx: Tensor) -> Tensor:

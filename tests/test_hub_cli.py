@@ -1,0 +1,83 @@
+"""The publishing recipe through the `zoo` command, against the local Hub server:
+fit -> evaluate -> export --register -> push --update-registry -> pull -> evaluate --registered ->
+fine-tune with --model.init_from; and `zoo list`."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zoo.cli import main
+from zoo.hub import load_registry
+from zoo.hub.registry import Registry
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = str(REPO / "recipes" / "transformer_lm" / "pg19mini.yaml")
+FAST = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+NAME = "transformer_lm_tiny.pg19mini"
+REPO_ID = "attention-zoo/transformer_lm_tiny.pg19mini"
+
+
+def test_publish_then_reproduce_through_the_cli(hub, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the recipe writes under ./runs
+    monkeypatch.setenv("COLUMNS", "250")  # rich tables on one line
+    registry = tmp_path / "checkpoints.yaml"
+    Registry(registry, {}).save()
+    monkeypatch.setenv("ZOO_CHECKPOINTS", str(registry))
+    run = "runs/transformer_lm/pg19mini"
+
+    main(["fit", "--config", RECIPE, "--model.init_args.model=transformer_lm_tiny",
+          "--trainer.max_steps=2", "--trainer.val_check_interval=2",
+          "--trainer.limit_val_batches=1", *FAST])  # fmt: skip
+    main(["evaluate", run, "--windows", "4", "--out", f"{run}/results.json"])
+    main(["evaluate", run, "--split", "valid", "--windows", "2", "--out", f"{run}/results.json"])
+    results = json.loads(Path(run, "results.json").read_text())
+    assert [(r["split"], r["windows"], r["targets"]) for r in results] == [
+        ("test", 4, 4 * 128), ("valid", 2, 2 * 128)
+    ]  # fmt: skip
+    main(["export", run, "--name", NAME, "--recipe", RECIPE, "--register"])
+    shipped = tmp_path / "checkpoints" / NAME
+    assert (shipped / "README.md").is_file()
+    assert load_registry().get(NAME).revision is None
+    facts = json.loads((shipped / "training.json").read_text())
+    assert facts["optimizer_steps"] == 2 and facts["tokens"] == 2 * 16 * 128
+
+    main(["push", str(shipped), "--repo-id", REPO_ID, "--update-registry"])
+    sha = load_registry().get(NAME).revision
+    assert sha == hub.repos[REPO_ID].refs["main"]
+    capsys.readouterr()
+
+    main(["list"])
+    assert "repository copy" in capsys.readouterr().out
+    shutil.rmtree(shipped)  # now only the Hub has it
+    main(["list"])
+    assert f"Hub: {REPO_ID}@{sha[:7]}" in capsys.readouterr().out
+    main(["pull", NAME])
+    assert "all files verified" in capsys.readouterr().out
+    main(["evaluate", NAME, "--registered"])  # exits non-zero if a metric does not reproduce
+    out = capsys.readouterr().out
+    assert "registered vs measured" in out and "+0.0000" in out
+
+    main(["fit", "--config", RECIPE, "--model.init_from", NAME,
+          "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
+          "--trainer.default_root_dir=ft", *FAST])  # fmt: skip
+
+
+def test_list_shows_the_repository_checkpoints(capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
+    monkeypatch.setenv("COLUMNS", "250")
+    main(["list"])
+    out = capsys.readouterr().out
+    for name in load_registry(REPO / "checkpoints.yaml").entries:
+        assert name in out
+    main(["list", "--markdown"])
+    assert capsys.readouterr().out.startswith("| checkpoint | family |")
+
+
+def test_unknown_checkpoint_is_a_clear_cli_error(capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "--checkpoint", "transformer_lm_smal.pg19mini"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Did you mean" in err and "Traceback" not in err

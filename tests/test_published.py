@@ -1,0 +1,67 @@
+"""The repository's own registry and shipped checkpoints: checkpoints.yaml is valid and agrees with
+the files under checkpoints/, the README table is generated from it, and every shipped checkpoint
+re-measures its registered metric on the fixed slice of the test books."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import zoo
+from zoo.evaluation import evaluate
+from zoo.hub import load_registry, sha256_file
+from zoo.hub.cli import _readme_with_table, markdown_table
+from zoo.registry import get_preset
+
+REPO = Path(__file__).resolve().parents[1]
+REGISTRY = load_registry(REPO / "checkpoints.yaml")
+ENTRIES = sorted(REGISTRY.entries.values(), key=lambda e: e.name)
+FAMILIES = {"transformer_lm", "sparse_transformer_lm", "routing_transformer_lm"}
+TOLERANCE = 0.002  # bits per byte; fp32 on different CPUs agrees to ~1e-5
+
+
+def test_every_family_has_a_published_checkpoint():
+    assert {e.model_type for e in ENTRIES} >= FAMILIES
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_entry_agrees_with_its_shipped_files(entry):
+    folder = REGISTRY.shipped_dir / entry.name
+    assert sorted(p.name for p in folder.iterdir()) == sorted(entry.files)
+    for name, record in entry.files.items():
+        assert (folder / name).stat().st_size == record["size"], name
+        assert sha256_file(folder / name) == record["sha256"], name
+    assert sum(r["size"] for r in entry.files.values()) < 40e6  # small enough to ship
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == entry.model_type and config["config"] == entry.config
+    assert get_preset(entry.model).family == entry.model_type
+    assert (REPO / entry.recipe).is_file()
+    assert entry.headline.split == "test" and entry.headline.windows is None
+    assert any(m.windows is not None for m in entry.metrics)  # the slice below
+    assert entry.training["tokens"] > 0 and entry.training["wall_time_s"] > 0
+
+
+def test_readme_table_is_generated_from_the_registry():
+    readme = (REPO / "README.md").read_text()
+    assert _readme_with_table(readme, markdown_table(ENTRIES)) == readme, (
+        "README.md's checkpoint table is out of date: run `zoo list --write-readme`"
+    )
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_shipped_checkpoint_re_measures_its_registered_metric(entry, data_dir, monkeypatch):
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
+    model = zoo.from_pretrained(entry.name)  # offline: the shipped copy, verified
+    assert not model.training and model.config.to_dict() == entry.config
+    for registered in (m for m in entry.metrics if m.windows is not None):
+        measured = evaluate(
+            entry.name,
+            dataset=registered.dataset,
+            split=registered.split,
+            windows=registered.windows,
+            precision=registered.precision,
+            data_dir=str(data_dir),
+            progress=False,
+        )
+        assert measured.targets == registered.targets
+        assert measured.value == pytest.approx(registered.value, abs=TOLERANCE)

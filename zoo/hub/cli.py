@@ -1,0 +1,250 @@
+"""The checkpoint commands of ``zoo``: list, pull, evaluate, export, push.
+
+zoo list [PATTERN] [--markdown | --write-readme]
+zoo pull NAME                              # download every file into the HF cache, verified
+zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
+zoo evaluate NAME --registered             # re-measure every registered metric
+zoo export RUN --name NAME --recipe YAML --results results.json [--register]
+zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["evaluate_main", "export_main", "list_main", "markdown_table", "pull_main", "push_main"]
+
+README_START = (
+    "<!-- checkpoints:start (generated from checkpoints.yaml by `zoo list --write-readme`) -->"
+)
+README_END = "<!-- checkpoints:end -->"
+
+
+def _whole(entry, split: str) -> str:
+    """The bits per byte measured on the whole ``split`` (fp32), or a dash."""
+    m = next((m for m in entry.metrics if m.split == split and m.windows is None), None)
+    return f"{m.value:.3f}" if m else "–"
+
+
+def markdown_table(entries) -> str:
+    """The README's table of published checkpoints."""
+    lines = [
+        "| checkpoint | family | params | context | data | valid bits/byte | test bits/byte "
+        "| trained on | recipe |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        t = e.training
+        trained = (
+            f"{t.get('tokens') or 0:,} tokens, {t.get('wall_time_s') or 0:,.0f} s, "
+            f"{t.get('hardware')}"
+        )
+        lines.append(
+            f"| `{e.name}` | {e.model_type} | {e.parameters / 1e6:.2f}M | "
+            f"{e.config.get('max_seq_len')} | {e.dataset} | {_whole(e, 'valid')} | "
+            f"{_whole(e, 'test')} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
+        )
+    return "\n".join(lines)
+
+
+def _readme_with_table(readme: str, table: str) -> str:
+    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+    if not pattern.search(readme):
+        raise SystemExit(f"the README has no {README_START} ... {README_END} section")
+    return pattern.sub(lambda _: f"{README_START}\n{table}\n{README_END}", readme)
+
+
+def list_main(args: list[str]) -> None:
+    from zoo.hub import load_registry, weights_source
+
+    parser = argparse.ArgumentParser(prog="zoo list", description="The published checkpoints.")
+    parser.add_argument("pattern", nargs="?", help="a glob over names, e.g. 'routing*'")
+    parser.add_argument("--markdown", action="store_true", help="print the README's table")
+    parser.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
+                        help="regenerate the table in README (default README.md)")  # fmt: skip
+    ns = parser.parse_args(args)
+    import fnmatch
+
+    registry = load_registry()
+    entries = [
+        e for e in registry.entries.values()
+        if ns.pattern is None or fnmatch.fnmatchcase(e.name, ns.pattern)
+    ]  # fmt: skip
+    if ns.markdown or ns.write_readme:
+        table = markdown_table(entries)
+        if ns.write_readme:
+            path = Path(ns.write_readme)
+            path.write_text(_readme_with_table(path.read_text(), table))
+            print(f"updated the checkpoint table of {path}")
+        else:
+            print(table)
+        return
+    table = Table(title=f"published checkpoints ({registry.path})")
+    for col in ("name", "family", "params", "data", "bits/byte", "weights from"):
+        table.add_column(col, justify="right" if col in ("params", "bits/byte") else "left")
+    for e in entries:
+        m = e.headline
+        table.add_row(
+            e.name,
+            e.model_type,
+            f"{e.parameters / 1e6:.2f}M",
+            e.dataset,
+            f"{m.value:.3f} ({m.split})",
+            weights_source(e, registry),
+        )
+    Console().print(table)
+
+
+def pull_main(args: list[str]) -> None:
+    from zoo.hub import pull
+
+    parser = argparse.ArgumentParser(
+        prog="zoo pull",
+        description="Download every file of a published checkpoint at its pinned revision into the "
+        "Hugging Face cache and verify its sha256 (resumes interrupted downloads).",
+    )
+    parser.add_argument("name")
+    parser.add_argument("--cache-dir", help="default: the HF cache (HF_HOME)")
+    parser.add_argument("--force", action="store_true", help="download again even if cached")
+    ns = parser.parse_args(args)
+    path = pull(ns.name, cache_dir=ns.cache_dir, force_download=ns.force)
+    print(f"{ns.name}: all files verified in {path}")
+
+
+def evaluate_main(args: list[str]) -> None:
+    from zoo.cli import _quiet_warnings
+    from zoo.evaluation import evaluate, save_metric
+    from zoo.hub import load_registry
+
+    parser = argparse.ArgumentParser(
+        prog="zoo evaluate",
+        description="Measure bits per byte of a model on a split: a published name, a Hub repo id, "
+        "a save_pretrained directory, a run directory or a .ckpt.",
+    )
+    parser.add_argument("source")
+    parser.add_argument("--dataset", default="pg19mini")
+    parser.add_argument("--split", default="test", choices=("valid", "test"))
+    first = parser.add_mutually_exclusive_group()
+    first.add_argument("--windows", type=int, help="only the first N windows of the split")
+    first.add_argument(
+        "--first-bytes", type=int, help="only the windows covering the first N bytes of the split"
+    )
+    parser.add_argument("--precision", default="32-true", help="a Lightning precision")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--data-dir", help="default: $ZOO_DATA_DIR")
+    parser.add_argument("--out", help="add the result to this JSON file (zoo export reads it)")
+    parser.add_argument(
+        "--registered",
+        action="store_true",
+        help="re-measure every metric checkpoints.yaml registers for SOURCE and compare",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.002, help="bits/byte, --registered")
+    ns = parser.parse_args(args)
+    _quiet_warnings()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
+    if not ns.registered:
+        m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
+                     first_bytes=ns.first_bytes, precision=ns.precision,
+                     batch_size=ns.batch_size, data_dir=ns.data_dir)  # fmt: skip
+        print(f"{ns.source}: {m.value:.4f} bits/byte on {m.label}, {m.precision}")
+        if ns.out:
+            save_metric(m, ns.out)
+            print(f"recorded in {ns.out}")
+        return
+    entry = load_registry().get(ns.source)
+    table = Table(title=f"{entry.name}: registered vs measured bits per byte")
+    for col in ("measured on", "precision", "registered", "measured", "difference"):
+        table.add_column(col, justify="left" if col == "measured on" else "right")
+    failed = False
+    for reg in entry.metrics:
+        m = evaluate(entry.name, dataset=reg.dataset, split=reg.split, windows=reg.windows,
+                     precision=reg.precision, data_dir=ns.data_dir)  # fmt: skip
+        diff = m.value - reg.value
+        ok = abs(diff) <= ns.tolerance
+        failed |= not ok
+        style = "green" if ok else "bold red"
+        table.add_row(reg.label, reg.precision, f"{reg.value:.4f}", f"{m.value:.4f}",
+                      f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
+    Console().print(table)
+    if failed:
+        sys.exit(
+            f"zoo evaluate: a metric differs from checkpoints.yaml by more than {ns.tolerance}"
+        )
+
+
+def export_main(args: list[str]) -> None:
+    from zoo.evaluation import load_metrics
+    from zoo.hub import export_run, load_registry, register
+
+    parser = argparse.ArgumentParser(
+        prog="zoo export",
+        description="Turn a trained run into the folder that is pushed and shipped: config.json, "
+        "model.safetensors, README.md (model card), recipe.yaml, training.json.",
+    )
+    parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt) or a .ckpt")
+    parser.add_argument(
+        "--name", required=True, help="<model>.<dataset>, e.g. transformer_lm_small.pg19mini"
+    )
+    parser.add_argument("--recipe", required=True, help="the recipe YAML that trained it")
+    parser.add_argument(
+        "--results", help="metrics from `zoo evaluate --out` (default RUN/results.json)"
+    )
+    parser.add_argument("--out", help="default: checkpoints/NAME beside checkpoints.yaml")
+    parser.add_argument("--repo-id", help="default: attention-zoo/NAME")
+    parser.add_argument("--register", action="store_true", help="add the entry to checkpoints.yaml")
+    ns = parser.parse_args(args)
+    results = ns.results or str(Path(ns.run) / "results.json")
+    metrics = load_metrics(results)
+    out = export_run(
+        ns.run,
+        ns.out or load_registry().shipped_dir / ns.name,
+        name=ns.name,
+        recipe=ns.recipe,
+        metrics=metrics,
+        repo_id=ns.repo_id,
+    )
+    print(f"exported {ns.run} to {out}")
+    if ns.register:
+        entry = register(out, name=ns.name, recipe=ns.recipe, metrics=metrics, repo_id=ns.repo_id)
+        print(f"registered {entry.name} in checkpoints.yaml (hub: {entry.repo_id}, not pushed yet)")
+
+
+def push_main(args: list[str]) -> None:
+    from zoo.evaluation import load_metrics
+    from zoo.hub import pin_revision, push
+
+    parser = argparse.ArgumentParser(
+        prog="zoo push",
+        description="Publish an exported folder (or a run, exported on the fly) to the Hugging Face "
+        "Hub in one commit. Needs a token with write access (HF_TOKEN or `hf auth login`).",
+    )
+    parser.add_argument("source", help="a folder from `zoo export` or a run directory")
+    parser.add_argument("--repo-id", required=True)
+    parser.add_argument("--name", help="for a run: <model>.<dataset>")
+    parser.add_argument("--recipe", help="for a run: the recipe YAML")
+    parser.add_argument("--results", help="for a run: metrics (default RUN/results.json)")
+    parser.add_argument("--branch", help="default: main")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--commit-message")
+    parser.add_argument(
+        "--update-registry",
+        action="store_true",
+        help="pin the new commit in checkpoints.yaml (the entry with these files)",
+    )
+    ns = parser.parse_args(args)
+    metrics = None
+    if not (Path(ns.source) / "config.json").is_file() and ns.name:
+        metrics = load_metrics(ns.results or str(Path(ns.source) / "results.json"))
+    sha = push(ns.source, ns.repo_id, name=ns.name, recipe=ns.recipe, metrics=metrics,
+               branch=ns.branch, private=ns.private, commit_message=ns.commit_message)  # fmt: skip
+    print(f"pushed {ns.source} to {ns.repo_id} at commit {sha}")
+    if ns.update_registry:
+        entry = pin_revision(ns.source, ns.repo_id, sha)
+        print(f"pinned {entry.name} to {entry.repo_id}@{sha} in checkpoints.yaml")

@@ -1,0 +1,320 @@
+"""Finding a checkpoint's files: the shipped copy, the Hugging Face cache, or the Hub; always verified.
+
+For a registry name, every file is checked against the sha256 of ``checkpoints.yaml``:
+
+1. the copy shipped in the repository (``checkpoints/<name>/``) is used when all its files match;
+2. otherwise each file comes through ``hf_hub_download`` at the pinned revision, which uses the
+   Hugging Face cache (``HF_HOME``), resumes interrupted downloads from the ``.incomplete`` file it
+   keeps, and respects ``HF_HUB_OFFLINE``. A downloaded file that fails the check is removed from
+   the cache and a :class:`~zoo.errors.ChecksumError` names it and both hashes.
+
+A Hub repo id that is not in the registry is downloaded with ``snapshot_download`` and not verified
+(there is nothing to verify against). The Hub endpoint is read from ``HF_ENDPOINT`` at call time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import httpx2  # the HTTP client huggingface_hub uses
+from huggingface_hub import constants, hf_hub_download, snapshot_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from zoo.errors import ChecksumError, ConfigError, HubError
+from zoo.hub.registry import CheckpointEntry, Registry, load_registry
+
+__all__ = [
+    "LOAD_FILES",
+    "fetch",
+    "pull",
+    "resolve",
+    "sha256_file",
+    "weights_source",
+]
+
+LOAD_FILES = ("config.json", "model.safetensors")  # what from_pretrained needs
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def endpoint() -> str | None:
+    """``HF_ENDPOINT`` now (``huggingface_hub`` reads it once, at import)."""
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def _mismatches(directory: Path, entry: CheckpointEntry, files: Iterable[str]) -> dict:
+    """``{file: its sha256, or None if missing}`` for the files of ``directory`` that are missing
+    or differ from the registry."""
+    bad = {}
+    for name in files:
+        path = directory / name
+        actual = sha256_file(path) if path.is_file() else None
+        if actual != entry.files[name]["sha256"]:
+            bad[name] = actual
+    return bad
+
+
+def weights_source(entry: CheckpointEntry, registry: Registry | None = None) -> str:
+    """Where :func:`fetch` would take ``entry``'s weights from on this machine, in words."""
+    registry = registry or load_registry()
+    shipped = registry.shipped_dir / entry.name
+    if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
+        return "repository copy"
+    if entry.revision is None:
+        return "not available (no verified copy; not pushed to the Hub)"
+    try:
+        hf_hub_download(
+            entry.repo_id, "model.safetensors", revision=entry.revision, local_files_only=True
+        )
+        return f"HF cache ({entry.repo_id})"
+    except LocalEntryNotFoundError:
+        return f"Hub: {entry.repo_id}@{entry.revision[:7]}"
+
+
+def _no_copy_hint(entry: CheckpointEntry) -> str:
+    return (
+        f"Restore checkpoints/{entry.name}/ from the repository (git checkout -- "
+        f"checkpoints/{entry.name}), or run `zoo pull {entry.name}` where the Hub is reachable."
+    )
+
+
+def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool) -> Path:
+    try:
+        return Path(
+            hf_hub_download(
+                entry.repo_id,
+                name,
+                revision=entry.revision,
+                cache_dir=cache_dir,
+                force_download=force_download,
+                endpoint=endpoint(),
+            )
+        )
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
+        why = (
+            "HF_HUB_OFFLINE=1 is set"
+            if constants.HF_HUB_OFFLINE
+            else f"the Hub ({endpoint() or constants.ENDPOINT}) could not be reached"
+        )
+        raise HubError(
+            f"{entry.name}: {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"{why}. Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy "
+            "its HF cache), or unset HF_HUB_OFFLINE; the shipped copy "
+            f"checkpoints/{entry.name}/ is used without network when its files are intact."
+        ) from None
+    except RepositoryNotFoundError:
+        raise HubError(
+            f"{entry.name}: the Hub has no repository {entry.repo_id} (or it is private and your "
+            "token cannot read it)."
+        ) from None
+    except RevisionNotFoundError:
+        raise HubError(
+            f"{entry.name}: {entry.repo_id} has no revision {entry.revision}, the one "
+            "checkpoints.yaml pins."
+        ) from None
+    except EntryNotFoundError:
+        raise HubError(
+            f"{entry.name}: {entry.repo_id}@{entry.revision} has no file {name}."
+        ) from None
+    except HfHubHTTPError as e:
+        raise HubError(f"{entry.name}: downloading {name} failed: {e}") from None
+    except (httpx2.HTTPError, OSError) as e:  # the connection dropped and retries ran out
+        raise HubError(
+            f"{entry.name}: the download of {name} was interrupted ({type(e).__name__}: {e}) "
+            "and the client's resumes ran out. Nothing partial was cached under the file's "
+            "name: run the same command again."
+        ) from None
+
+
+def _evict(path: Path) -> None:
+    """Remove a cached file (the snapshot link and the blob it points to)."""
+    blob = path.resolve()
+    for p in (path, blob):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def fetch(
+    entry: CheckpointEntry,
+    files: Iterable[str] = LOAD_FILES,
+    *,
+    registry: Registry | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    force_download: bool = False,
+    use_shipped: bool = True,
+) -> Path:
+    """A local directory holding ``files`` of ``entry``, each verified against its sha256.
+
+    ``use_shipped=False`` skips the repository copy (``zoo pull`` fills the Hugging Face cache).
+
+    Raises:
+        ChecksumError: a downloaded file differs from the registry (it is evicted from the cache).
+        HubError: the Hub refused or could not be reached and the files are not cached (offline).
+    """
+    registry = registry or load_registry()
+    files = tuple(files)
+    unknown = [f for f in files if f not in entry.files]
+    if unknown:
+        raise ConfigError(f"{entry.name} has no file(s) {unknown}; it has {sorted(entry.files)}.")
+    shipped = registry.shipped_dir / entry.name
+    if use_shipped and not force_download and shipped.is_dir():
+        bad = _mismatches(shipped, entry, files)
+        if not bad:
+            return shipped
+        if entry.revision is None:  # nowhere else to get it from
+            name, actual = next(iter(bad.items()))
+            if actual is None:
+                raise HubError(f"{shipped / name} is missing. {_no_copy_hint(entry)}")
+            raise ChecksumError(
+                str(shipped / name), entry.files[name]["sha256"], actual,
+                hint=f"{entry.name} is not on the Hub yet. {_no_copy_hint(entry)}",
+            )  # fmt: skip
+        details = "; ".join(
+            f"{shipped / n} (sha256 {a or 'missing'}, registered {entry.files[n]['sha256']})"
+            for n, a in bad.items()
+        )
+        warnings.warn(
+            f"the shipped copy of {entry.name} differs from checkpoints.yaml: {details}. "
+            f"Using the Hub ({entry.repo_id}@{entry.revision[:7]}).",
+            stacklevel=2,
+        )
+    if entry.revision is None:
+        raise HubError(
+            f"{entry.name} has no shipped copy here and is not on the Hub yet (no revision in "
+            f"checkpoints.yaml). {_no_copy_hint(entry)}"
+        )
+    directory = None
+    for name in files:
+        path = _download(entry, name, cache_dir, force_download)
+        actual = sha256_file(path)
+        expected = entry.files[name]["sha256"]
+        if actual != expected:
+            _evict(path)
+            raise ChecksumError(
+                f"{entry.repo_id}@{entry.revision}/{name}",
+                expected,
+                actual,
+                hint="The download was removed from the cache; try again, and report it if it "
+                "persists.",
+            )
+        directory = path.parent
+    assert directory is not None
+    return directory
+
+
+def pull(
+    name: str,
+    *,
+    registry: Registry | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    force_download: bool = False,
+) -> Path:
+    """Download every file of the published checkpoint ``name`` at its pinned revision into the
+    Hugging Face cache, verify each, and return the snapshot directory (``zoo pull``).
+
+    Raises:
+        UnknownModelError, ChecksumError, HubError: as :func:`fetch`; HubError also when the
+        checkpoint has no Hub revision yet.
+    """
+    registry = registry or load_registry()
+    entry = registry.get(name)
+    return fetch(
+        entry,
+        tuple(entry.files),
+        registry=registry,
+        cache_dir=cache_dir,
+        force_download=force_download,
+        use_shipped=False,
+    )
+
+
+def resolve(
+    name_or_path: str | os.PathLike,
+    revision: str | None = None,
+    *,
+    registry: Registry | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    force_download: bool = False,
+) -> tuple[Path, CheckpointEntry | None]:
+    """The local directory for ``from_pretrained(name_or_path)`` and its registry entry (if any).
+
+    ``name_or_path``: an existing directory; a registry name (``transformer_lm_small.pg19mini``, or
+    the bare model name when it has one checkpoint); or a Hub repo id, ``"ns/name"`` or
+    ``"ns/name@revision"``.
+
+    Raises:
+        UnknownModelError: not a directory, a registry name or a repo id (close names suggested).
+        ConfigError: a revision other than the pinned one requested for a registry name.
+        ChecksumError, HubError: see :func:`fetch`.
+    """
+    text = str(name_or_path)
+    if Path(text).is_dir():
+        return Path(text), None
+    name, _, at = text.partition("@")
+    if at and revision and at != revision:
+        raise ConfigError(f"two revisions given: {text!r} and revision={revision!r}")
+    revision = at or revision
+    registry = registry or load_registry()
+    entry = registry.by_repo_id(name) if "/" in name else None
+    if "/" not in name:
+        entry = registry.get(name)  # raises UnknownModelError with suggestions
+    if entry is not None:
+        if revision not in (None, entry.revision):
+            raise ConfigError(
+                f"{entry.name} is pinned to revision {entry.revision} in checkpoints.yaml; to "
+                f"load {revision!r}, pass the repo id and revision without verification: "
+                f"from_pretrained({entry.repo_id!r}, revision={revision!r})"
+            )
+        fetched = fetch(
+            entry, registry=registry, cache_dir=cache_dir, force_download=force_download
+        )
+        return fetched, entry
+    try:
+        path = snapshot_download(
+            name,
+            revision=revision,
+            allow_patterns=list(LOAD_FILES),
+            cache_dir=cache_dir,
+            force_download=force_download,
+            endpoint=endpoint(),
+        )
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled):
+        raise HubError(
+            f"{name} is not in the Hugging Face cache and "
+            + (
+                "HF_HUB_OFFLINE=1 is set."
+                if constants.HF_HUB_OFFLINE
+                else "the Hub is unreachable."
+            )
+            + f" Download it where the Hub is reachable (`zoo pull {name}`)."
+        ) from None
+    except RepositoryNotFoundError:
+        raise HubError(
+            f"{name!r} is neither a local directory, a published checkpoint (`zoo list`) nor a "
+            "Hub repository the Hub knows (or it is private and your token cannot read it)."
+        ) from None
+    except RevisionNotFoundError:
+        raise HubError(f"the Hub repository {name} has no revision {revision!r}.") from None
+    except HfHubHTTPError as e:
+        raise HubError(f"downloading {name} failed: {e}") from None
+    return Path(path), None

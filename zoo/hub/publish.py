@@ -1,0 +1,379 @@
+"""Publishing a trained run: export it as a Hub-ready folder, register it, push it.
+
+The folder (``zoo export``) holds exactly what is pushed and shipped under ``checkpoints/<name>/``:
+
+- ``config.json`` and ``model.safetensors`` (``save_pretrained``; never pickles),
+- ``README.md``, the model card: metadata (library name, tags, datasets, the metrics in the Hub's
+  model-index format) and tables of the measured results, the training facts and the config,
+- ``recipe.yaml``, the recipe that trained it (``zoo fit --config recipe.yaml`` reproduces it),
+- ``training.json``: optimizer steps, tokens, wall time, hardware, precision, optimisation and data
+  settings, read from the Lightning checkpoint (the :class:`~zoo.callbacks.TrainingSummary` state).
+
+``zoo push`` uploads such a folder (or exports a run first) with ``HfApi.create_repo`` and
+``upload_folder``; with ``update_registry`` it pins the returned commit in ``checkpoints.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+from zoo.errors import CheckpointError, ConfigError, HubError
+from zoo.hub.download import endpoint, sha256_file
+from zoo.hub.registry import CheckpointEntry, Metric, Registry, load_registry
+
+__all__ = ["PUBLISHED_FILES", "export_run", "model_card", "push", "register"]
+
+PUBLISHED_FILES = ("config.json", "model.safetensors", "README.md", "recipe.yaml", "training.json")
+DEFAULT_NAMESPACE = "attention-zoo"
+
+DATASETS = {  # model card wording of the data sets a checkpoint can be trained on
+    "pg19mini": "pg19mini: 60 Project Gutenberg books published before 1919 (PG-19's rule), "
+    "book-level split 55 / 2 / 3; bytes, no tokenizer",
+    "enwik8": "enwik8: the first 100M bytes of an English Wikipedia dump, 90M/5M/5M split",
+    "tinyshakespeare": "Tiny Shakespeare (1.1 MB), 90/5/5 split",
+}
+
+
+def training_facts(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Training facts from a loaded Lightning checkpoint dict (what ``training.json`` holds)."""
+    summary = ckpt.get("callbacks", {}).get("TrainingSummary", {})
+    hp = ckpt.get("hyper_parameters", {})
+    dm = ckpt.get("datamodule_hyper_parameters", {})
+    wall = summary.get("wall_time")
+    tokens = summary.get("tokens")
+    return {
+        "optimizer_steps": ckpt.get("global_step"),
+        "tokens": tokens,
+        "wall_time_s": round(wall, 1) if wall else None,
+        "tokens_per_s": round(tokens / wall) if tokens and wall else None,
+        "hardware": ", ".join(summary.get("hardware", [])) or None,
+        "precision": summary.get("precision") or None,
+        "optimization": {
+            k: hp.get(k)
+            for k in ("lr", "weight_decay", "betas", "eps", "warmup_steps", "lr_schedule")
+        },
+        "data": {k: dm.get(k) for k in ("dataset", "batch_size", "seq_len", "seed")},
+        "versions": {
+            "attention-zoo": _version("attention-zoo"),
+            "torch": torch.__version__,
+            "lightning": _version("lightning"),
+        },
+    }
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def model_card(
+    name: str, config: dict[str, Any], metrics: list[Metric], facts: dict[str, Any], repo_id: str
+) -> ModelCard:
+    """The README.md of a published checkpoint, with model-index metadata."""
+    from zoo.registry import get_preset
+
+    model_type = config["model_type"]
+    model_name = name.rsplit(".", 1)[0]
+    try:
+        description = get_preset(model_name).description
+    except KeyError:
+        description = model_type
+    dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
+    data = ModelCardData(
+        language="en",
+        license="apache-2.0",
+        library_name="attention-zoo",
+        tags=[model_type.replace("_", "-"), "byte-level", "causal-lm", "long-context", "pytorch"],
+        datasets=[dataset] if dataset else None,
+        metrics=["bits_per_byte"],
+        model_name=name,
+        pipeline_tag="text-generation",
+        eval_results=[
+            EvalResult(
+                task_type="text-generation",
+                dataset_type=m.dataset,
+                dataset_name=m.dataset,
+                dataset_split=m.split,
+                metric_type="bits_per_byte",
+                metric_name="bits per byte ("
+                + ("all windows" if m.windows is None else f"first {m.windows} windows")
+                + ")",
+                metric_value=m.value,
+            )
+            for m in metrics
+        ],
+    )
+    results = "\n".join(
+        f"| {m.dataset} | {m.split} | {'all' if m.windows is None else f'first {m.windows}'} "
+        f"windows of {m.context} bytes ({m.targets:,} bytes) | {m.value:.4f} | {m.precision} |"
+        for m in metrics
+    )
+    cfg = config["config"]
+    config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
+    tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
+    body = f"""
+# {name}
+
+`{model_name}` ({description}): a byte-level causal language model of the attention-zoo
+library (`model_type: {model_type}`), trained on {DATASETS.get(dataset, dataset)}.
+
+## Use
+
+```python
+import torch
+import zoo
+
+model = zoo.from_pretrained("{name}")  # or "{repo_id}"; files verified against checkpoints.yaml
+out = zoo.generate(model, torch.tensor([list(b"It was a cold night")]), max_new_tokens=200)
+```
+
+or `zoo generate --checkpoint {name} --prompt "It was a cold night"`; fine-tune with
+`zoo fit --config recipe.yaml --model.init_from {name}`.
+
+## Results
+
+Bits per byte (lower is better), measured with `zoo evaluate {name} [--windows N]`;
+`zoo evaluate {name} --registered` re-measures all of them:
+
+| data set | split | measured on | bits per byte | precision |
+|---|---|---|---|---|
+{results}
+
+## Training
+
+| quantity | value |
+|---|---|
+| optimizer steps | {facts.get("optimizer_steps")} |
+| tokens | {f"{tokens:,}" if tokens else "unknown"} |
+| wall time | {f"{wall:,.0f} s ({tokens / wall:,.0f} tokens/s)" if wall and tokens else "unknown"} |
+| hardware | {facts.get("hardware") or "unknown"} |
+| precision | {facts.get("precision") or "unknown"} |
+| optimisation | {json.dumps(facts.get("optimization", {}))} |
+| data | {json.dumps(facts.get("data", {}))} |
+
+`recipe.yaml` is the recipe that trained it (`zoo fit --config recipe.yaml`); `training.json` has
+these facts in machine-readable form.
+
+## Configuration
+
+| field | value |
+|---|---|
+{config_rows}
+
+## Limitations
+
+A small research checkpoint: trained briefly on a small corpus of public-domain books, it models
+their spelling and style, not facts; samples are often ungrammatical. Text from before 1919 carries
+the views of its time.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def export_run(
+    source: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    name: str,
+    recipe: str | os.PathLike,
+    metrics: list[Metric],
+    repo_id: str | None = None,
+) -> Path:
+    """Write the publishable folder of a trained run (see the module docstring) to ``out_dir``.
+
+    Args:
+        source: a run directory (``runs/<family>/<dataset>``, its ``checkpoints/best.ckpt``) or a
+            ``.ckpt`` file of :class:`~zoo.tasks.CausalLM`.
+        name: the checkpoint's name, ``<model>.<dataset>``.
+        recipe: the recipe YAML that trained it (copied as ``recipe.yaml``).
+        metrics: the measured metrics (``zoo evaluate --out``) for the model card.
+        repo_id: its Hub repo (default ``attention-zoo/<name>``), shown in the card.
+
+    Raises:
+        CheckpointError: ``source`` is not a run or checkpoint; ConfigError: no recipe file.
+    """
+    from zoo.evaluation import find_checkpoint
+    from zoo.tasks import CausalLM
+
+    ckpt_path = find_checkpoint(source)
+    if ckpt_path is None:
+        raise CheckpointError(
+            f"{source} is neither a .ckpt file nor a run directory with checkpoints/best.ckpt."
+        )
+    if not Path(recipe).is_file():
+        raise ConfigError(
+            f"recipe {recipe} does not exist: pass the YAML the run was trained with."
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    module = CausalLM.load_from_checkpoint(ckpt_path, map_location="cpu")
+    module.model.save_pretrained(out)
+    facts = training_facts(torch.load(ckpt_path, map_location="cpu", weights_only=False))
+    facts["checkpoint"] = ckpt_path.name
+    shutil.copyfile(recipe, out / "recipe.yaml")
+    config = json.loads((out / "config.json").read_text())
+    facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
+    (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+    card = model_card(name, config, metrics, facts, repo_id or f"{DEFAULT_NAMESPACE}/{name}")
+    card.save(out / "README.md")
+    return out
+
+
+def register(
+    folder: str | os.PathLike,
+    *,
+    name: str,
+    recipe: str,
+    metrics: list[Metric],
+    repo_id: str | None = None,
+    revision: str | None = None,
+    registry: Registry | None = None,
+) -> CheckpointEntry:
+    """Add (or replace) the ``checkpoints.yaml`` entry of an exported folder and save the file.
+
+    Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
+    ``zoo push --update-registry`` pins the commit the push created.
+    """
+    from zoo.registry import get_model_class
+
+    folder = Path(folder)
+    registry = registry or load_registry()
+    meta = json.loads((folder / "config.json").read_text())
+    cls = get_model_class(meta["model_type"])
+    with torch.device("meta"):
+        model = cls(cls.config_class.from_dict(meta["config"]))  # type: ignore[attr-defined]
+    facts = json.loads((folder / "training.json").read_text())
+    model_name, _, dataset = name.rpartition(".")
+    from zoo.registry import get_preset
+
+    entry = CheckpointEntry(
+        name=name,
+        model=model_name,
+        model_type=meta["model_type"],
+        parameters=sum(p.numel() for p in model.parameters()),
+        dataset=dataset,
+        description=get_preset(model_name).description,
+        recipe=str(recipe),
+        config=meta["config"],
+        repo_id=repo_id or f"{DEFAULT_NAMESPACE}/{name}",
+        revision=revision,
+        files={
+            f: {"sha256": sha256_file(folder / f), "size": (folder / f).stat().st_size}
+            for f in PUBLISHED_FILES
+            if (folder / f).is_file()
+        },
+        metrics=tuple(metrics),
+        training={
+            k: facts.get(k)
+            for k in ("optimizer_steps", "tokens", "wall_time_s", "hardware", "precision")
+        },  # fmt: skip
+    )
+    registry.with_entry(entry).save()
+    return entry
+
+
+def _refusal(e: HfHubHTTPError, repo_id: str) -> HubError:
+    status = e.response.status_code if e.response is not None else None
+    message = e.server_message or str(e).splitlines()[0]
+    hint = {
+        401: "No valid token was sent: set HF_TOKEN or run `hf auth login` with a write token.",
+        403: f"Your token cannot write to {repo_id}: use a token with write access to "
+        f"'{repo_id.split('/')[0]}', or push to your own namespace (--repo-id you/name).",
+        404: f"The repository {repo_id} does not exist or is not visible to your token.",
+    }.get(status or 0, "")
+    return HubError(f"the Hub refused the push to {repo_id}: {status} {message}. {hint}".strip())
+
+
+def push(
+    source: str | os.PathLike,
+    repo_id: str,
+    *,
+    name: str | None = None,
+    recipe: str | os.PathLike | None = None,
+    metrics: list[Metric] | None = None,
+    branch: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> str:
+    """Upload a published folder (or export a run first) to ``repo_id``; return the commit sha.
+
+    ``source`` is a folder from :func:`export_run` (it must hold ``config.json`` and
+    ``model.safetensors``), or a run / ``.ckpt`` with ``name``, ``recipe`` and ``metrics``. The
+    repo is created if needed; only :data:`PUBLISHED_FILES` are uploaded, in one commit.
+
+    Raises:
+        HubError: the Hub refused (no token, no rights, ...), with the server's message.
+    """
+    folder = Path(source)
+    tmp = None
+    if not (folder / "config.json").is_file():
+        if name is None or recipe is None:
+            raise ConfigError(
+                f"{source} is not an exported folder (no config.json); to push a run, give "
+                "its checkpoint name and recipe (zoo push RUN --name NAME --recipe YAML)."
+            )
+        tmp = tempfile.TemporaryDirectory(prefix="zoo-push-")
+        folder = export_run(
+            source, tmp.name, name=name, recipe=recipe, metrics=metrics or [], repo_id=repo_id
+        )
+    missing = [f for f in ("config.json", "model.safetensors") if not (folder / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} lacks {missing}: export it with `zoo export` first.")
+    api = HfApi(endpoint=endpoint(), token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            revision=branch,
+            allow_patterns=list(PUBLISHED_FILES),
+            commit_message=commit_message or f"Upload {folder.name} with attention-zoo",
+        )
+    except LocalTokenNotFoundError:
+        raise HubError(
+            f"no Hugging Face token to push to {repo_id}: set HF_TOKEN or run `hf auth login`."
+        ) from None
+    except HfHubHTTPError as e:
+        raise _refusal(e, repo_id) from None
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return info.oid
+
+
+def pin_revision(folder: str | os.PathLike, repo_id: str, revision: str) -> CheckpointEntry:
+    """Record in ``checkpoints.yaml`` that the entry whose files are ``folder``'s is at
+    ``repo_id@revision`` on the Hub.
+
+    Raises:
+        ConfigError: no registry entry has exactly these files (register it first).
+    """
+    registry = load_registry()
+    folder = Path(folder)
+    for entry in registry.entries.values():
+        if all(
+            (folder / f).is_file() and sha256_file(folder / f) == rec["sha256"]
+            for f, rec in entry.files.items()
+        ):
+            from dataclasses import replace
+
+            pinned = replace(entry, repo_id=repo_id, revision=revision)
+            registry.with_entry(pinned).save()
+            return pinned
+    raise ConfigError(
+        f"no entry of {registry.path} has exactly the files of {folder}: register it first "
+        "(zoo export ... --register)."
+    )
