@@ -39,8 +39,11 @@ def _atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it to ``final`` only if the block succeeds."""
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a saved model is not
         os.replace(tmp, final)
     finally:
         if os.path.exists(tmp):
