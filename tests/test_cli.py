@@ -183,10 +183,16 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     finally:
         signal.signal(signal.SIGINT, handler)
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
-    assert torch.load(saved, weights_only=False)["global_step"] == 3
+    first = torch.load(saved, weights_only=False)
+    assert first["global_step"] == 3
     monkeypatch.setattr(CausalLM, "training_step", step)
     zoo("fit", *common, f"--ckpt_path={saved}")
-    assert torch.load(saved.with_name("last.ckpt"), weights_only=False)["global_step"] == 6
+    last = torch.load(saved.with_name("last.ckpt"), weights_only=False)
+    assert last["global_step"] == 6
+    # the training facts of the model card carry over the resume
+    before, after = first["callbacks"]["TrainingSummary"], last["callbacks"]["TrainingSummary"]
+    assert (before["tokens"], after["tokens"]) == (3 * 16 * 128, 6 * 16 * 128)
+    assert after["wall_time"] > before["wall_time"] > 0
 
 
 def test_pattern_command_draws_png(tmp_path, capsys):

@@ -27,6 +27,11 @@ README_START = (
 README_END = "<!-- checkpoints:end -->"
 
 
+def _console() -> Console:
+    """Rich output; 132 columns when not a terminal (logs), so tables keep one line per row."""
+    return Console() if sys.stdout.isatty() else Console(width=132)
+
+
 def _whole(entry, split: str) -> str:
     """The bits per byte measured on the whole ``split`` (fp32), or a dash."""
     m = next((m for m in entry.metrics if m.split == split and m.windows is None), None)
@@ -87,19 +92,19 @@ def list_main(args: list[str]) -> None:
             print(table)
         return
     table = Table(title=f"published checkpoints ({registry.path})")
-    for col in ("name", "family", "params", "data", "bits/byte", "weights from"):
-        table.add_column(col, justify="right" if col in ("params", "bits/byte") else "left")
+    for col in ("name", "family", "params", "data", "test bits/byte", "weights from"):
+        right = col in ("params", "test bits/byte")
+        table.add_column(col, justify="right" if right else "left", no_wrap=True)
     for e in entries:
-        m = e.headline
         table.add_row(
             e.name,
-            e.model_type,
+            e.model_type.removesuffix("_lm").replace("_", " "),
             f"{e.parameters / 1e6:.2f}M",
             e.dataset,
-            f"{m.value:.3f} ({m.split})",
+            _whole(e, "test"),
             weights_source(e, registry),
         )
-    Console().print(table)
+    _console().print(table)
 
 
 def pull_main(args: list[str]) -> None:
@@ -172,7 +177,7 @@ def evaluate_main(args: list[str]) -> None:
         style = "green" if ok else "bold red"
         table.add_row(reg.label, reg.precision, f"{reg.value:.4f}", f"{m.value:.4f}",
                       f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
-    Console().print(table)
+    _console().print(table)
     if failed:
         sys.exit(
             f"zoo evaluate: a metric differs from checkpoints.yaml by more than {ns.tolerance}"
