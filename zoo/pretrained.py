@@ -190,12 +190,9 @@ def from_pretrained(
     from zoo.hub.download import resolve
 
     path = str(name_or_path)
-    is_path = (
-        path.count("/") > 1 or path.startswith(("/", ".", "~")) or os.sep != "/" and os.sep in path
-    )
-    if (
-        is_path and not Path(path).is_dir()
-    ):  # not a name or "ns/repo": a directory that is not there
+    # not a name or "ns/repo" but a path: then it must be a directory
+    is_path = path.count("/") > 1 or path.startswith(("/", ".", "~")) or "\\" in path
+    if is_path and not Path(path).is_dir():
         raise CheckpointError(
             f"{path!r} is not a directory. from_pretrained takes a directory written by "
             f"model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME}), a published "

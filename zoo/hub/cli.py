@@ -11,7 +11,9 @@ zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -28,8 +30,9 @@ README_END = "<!-- checkpoints:end -->"
 
 
 def _console() -> Console:
-    """Rich output; 132 columns when not a terminal (logs), so tables keep one line per row."""
-    return Console() if sys.stdout.isatty() else Console(width=132)
+    """Rich output; 132 columns when not a terminal (logs) unless COLUMNS says otherwise, so
+    tables keep one line per row."""
+    return Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=132)
 
 
 def _whole(entry, split: str) -> str:
@@ -75,8 +78,6 @@ def list_main(args: list[str]) -> None:
     parser.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
                         help="regenerate the table in README (default README.md)")  # fmt: skip
     ns = parser.parse_args(args)
-    import fnmatch
-
     registry = load_registry()
     entries = [
         e for e in registry.entries.values()

@@ -246,7 +246,7 @@ def register(
     Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
     ``zoo push --update-registry`` pins the commit the push created.
     """
-    from zoo.registry import get_model_class
+    from zoo.registry import get_model_class, get_preset
 
     folder = Path(folder)
     registry = registry or load_registry()
@@ -256,8 +256,6 @@ def register(
         model = cls(cls.config_class.from_dict(meta["config"]))  # type: ignore[attr-defined]
     facts = json.loads((folder / "training.json").read_text())
     model_name, _, dataset = name.rpartition(".")
-    from zoo.registry import get_preset
-
     entry = CheckpointEntry(
         name=name,
         model=model_name,

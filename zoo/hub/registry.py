@@ -15,6 +15,7 @@ entry's files live beside the file, in ``checkpoints/<name>/``.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,7 +314,5 @@ def list_pretrained(pattern: str | None = None) -> list[CheckpointEntry]:
     Each :class:`CheckpointEntry` has the model, size, data, metrics, Hub repo and revision;
     :func:`zoo.hub.weights_source` says where its weights would come from on this machine.
     """
-    import fnmatch
-
     entries = load_registry().entries.values()
     return [e for e in entries if pattern is None or fnmatch.fnmatchcase(e.name, pattern)]
