@@ -136,7 +136,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._json(status, {"error": message}, extra)
 
         def _body(self) -> bytes:
+            """The request body, read once (a second call returns b"")."""
+            if self.body_read:
+                return b""
+            self.body_read = True
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def parse_request(self) -> bool:  # per request: its body is unread
+            self.body_read = False
+            return super().parse_request()
 
         def _fault(self, name: str) -> bool:
             status = hub.fail_next.pop(name, None)
@@ -151,12 +159,12 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization", "")
             token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
             if token is None or token not in hub.tokens:
-                self.close_connection = True  # the request body (if unread) is not drained
+                self._body()  # drain it (unless read already), so the client reads the answer
                 self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
                 return False
             rights = hub.tokens[token]
             if rights is not None and namespace not in rights:
-                self.close_connection = True
+                self._body()
                 message = f"You don't have the rights to write to the namespace {namespace}"
                 self._error(403, "Forbidden", message)
                 return False

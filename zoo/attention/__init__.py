@@ -1,7 +1,7 @@
 """Attention modules: the seam through which every family plugs its attention into the shared block."""
 
 from zoo.attention.cache import KVCache, LayerKVCache
-from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.dense import CausalSelfAttention, MultiHeadAttention
 from zoo.attention.local import RelativePositions, local_attention
 from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.attention.routing import RoutingSelfAttention, SphericalKMeans
@@ -13,6 +13,7 @@ __all__ = [
     "HeadGroup",
     "KVCache",
     "LayerKVCache",
+    "MultiHeadAttention",
     "RelativePositions",
     "RoutingSelfAttention",
     "SparseSelfAttention",

@@ -63,6 +63,13 @@ class LayerKVCache:
         self._aux[name][:, :, end - T : end] = x
         return self._aux[name][:, :, :end]
 
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search)."""
+        if self._k is not None and self._v is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+        self._aux = {n: x.index_select(0, index) for n, x in self._aux.items()}
+
 
 class KVCache:
     """One :class:`LayerKVCache` per layer; ``cache.seq_len`` is the number of decoded positions."""
@@ -81,6 +88,11 @@ class KVCache:
     def seq_len(self) -> int:
         """Positions already in the cache: the absolute position of the next token."""
         return self.layers[0].seq_len if self.layers else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` of every layer (beam search reorders its hypotheses)."""
+        for layer in self.layers:
+            layer.reorder(index)
 
     @torch.no_grad()
     def reset(self) -> None:

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
 
-__all__ = ["CausalSelfAttention"]
+__all__ = ["CausalSelfAttention", "MultiHeadAttention"]
 
 
 class CausalSelfAttention(nn.Module):
@@ -73,3 +73,75 @@ class CausalSelfAttention(nn.Module):
             mask = torch.arange(S, device=x.device)[None, :] <= rows  # (T, S)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return self.merge_heads(y)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention of the encoder-decoder Transformer (Vaswani et al. 2017, §3.2.3): encoder
+    self-attention, masked decoder self-attention, and encoder-decoder (cross) attention.
+
+    Args: as :class:`CausalSelfAttention`.
+
+    ``forward(x, memory=None, *, key_padding_mask=None, causal=False, cache=None)``:
+
+    - ``x`` ``(B, T, C)``: the queries (and keys/values for self-attention);
+    - ``memory``: ``(k, v)`` from :meth:`project_memory` for cross-attention (computed once per
+      source and reused at every decoding step), else ``None`` for self-attention;
+    - ``key_padding_mask`` ``(B, S)`` bool, True at real (non-padding) keys;
+    - ``causal``: query ``i`` sees keys ``<= i`` (absolute positions, with a ``cache``);
+    - ``cache``: a :class:`LayerKVCache` for incremental self-attention.
+
+    Returns ``(B, T, C)``. A query whose keys are all masked gets a zero output, not NaN.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+
+    def _heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the encoder output ``(B, S, C)``: two ``(B, H, S, D)``."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: tuple[Tensor, Tensor] | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: LayerKVCache | None = None,
+    ) -> Tensor:
+        q = self._heads(self.q_proj(x))  # (B, H, T, D)
+        past = 0
+        if memory is None:
+            k, v = self.project_memory(x)
+            if cache is not None:
+                past = cache.seq_len
+                k, v = cache.update(k, v)
+        else:
+            k, v = memory
+        T, S = q.shape[2], k.shape[2]
+        mask = None
+        if causal:
+            rows = torch.arange(past, past + T, device=x.device)[:, None]
+            mask = (torch.arange(S, device=x.device)[None, :] <= rows)[None, None]  # (1, 1, T, S)
+        if key_padding_mask is not None:
+            keep = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+            mask = keep if mask is None else mask & keep
+        dropout_p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        if mask is not None:  # rows with no visible key: SDPA gives NaN, the layer gives 0
+            y = y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        B, H, _, D = y.shape
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, H * D))

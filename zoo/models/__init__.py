@@ -1,6 +1,7 @@
 """Model families. Importing this package registers every family's presets."""
 
 from zoo.models.routing_transformer import RoutingTransformerConfig, RoutingTransformerLM
+from zoo.models.seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from zoo.models.sparse_transformer import SparseTransformerConfig, SparseTransformerLM
 from zoo.models.transformer import TransformerConfig, TransformerLM
 
@@ -11,4 +12,6 @@ __all__ = [
     "SparseTransformerLM",
     "TransformerConfig",
     "TransformerLM",
+    "TransformerSeq2Seq",
+    "TransformerSeq2SeqConfig",
 ]

@@ -1,5 +1,6 @@
 """LightningModules: the training tasks that wrap the plain ``nn.Module`` models."""
 
 from zoo.tasks.causal_lm import CausalLM
+from zoo.tasks.translation import Translation
 
-__all__ = ["CausalLM"]
+__all__ = ["CausalLM", "Translation"]

@@ -1,0 +1,159 @@
+"""Decoding an encoder-decoder model: greedy search and beam search with a length penalty, batched,
+with the decoder's key/value cache.
+
+As in the Transformer paper (§6.1): beam size 4, length penalty ``alpha = 0.6`` in the GNMT form
+``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016), maximum output length = source length + 50,
+and early stopping: a sentence is finished once ``beam_size`` hypotheses have ended with EOS (fairseq's
+rule). A hypothesis' score is the sum of its token log-probabilities (natural log, EOS included)
+divided by ``lp(|Y|)``, ``|Y|`` counting EOS. At the last allowed step only EOS may be chosen, so every
+hypothesis ends with EOS. PAD and BOS are never generated.
+
+Works with any model that has ``encode(src) -> (memory, src_mask)``, ``init_cache(memory, src_mask)``
+returning a cache with ``reorder(index)``, and ``decode(tokens, cache=cache) -> logits``
+(:class:`zoo.models.TransformerSeq2Seq`).
+
+Shape legend: B batch, K beam size, S source positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's ``((5 + length) / 6) ** alpha``; ``alpha = 0`` turns it off."""
+    return ((5 + length) / 6) ** alpha
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A finished output: ``tokens`` (without BOS, with the final EOS), the summed log-probability
+    in nats, and ``score`` = log-probability / length penalty."""
+
+    tokens: tuple[int, ...]
+    log_prob: float
+    score: float
+
+
+def _max_lengths(src: Tensor, pad_id: int, max_len_a: float, max_len_b: int, limit: int) -> Tensor:
+    """Per sentence: ``a * (source tokens) + b`` output tokens, at most ``limit``; ``(B,)`` int64."""
+    src_len = (src != pad_id).sum(-1)
+    return (max_len_a * src_len + max_len_b).long().clamp(1, limit)
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+) -> list[list[Hypothesis]]:
+    """Beam search for every source sentence of ``src`` ``(B, S)`` int64 (PAD-padded).
+
+    Returns, per sentence, its ``beam_size`` finished hypotheses, best first. The output length is
+    at most ``max_len_a * source_length + max_len_b`` tokens (EOS included), and at most what the
+    model's positions allow.
+    """
+    c = model.config
+    B, K, device = src.shape[0], beam_size, src.device
+    limits = _max_lengths(src, c.pad_id, max_len_a, max_len_b, c.max_seq_len)  # (B,)
+    memory, src_mask = model.encode(src)
+    rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) -> its sentence
+    cache = model.init_cache(memory[rows], src_mask[rows])
+    tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start as the same empty hypothesis: expand only one
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for step in range(1, int(limits.max()) + 1):
+        logits = model.decode(tokens[:, -1:], cache=cache)[:, -1].float()  # (B*K, V)
+        logp = logits.log_softmax(-1)
+        logp[:, [c.pad_id, bos_id]] = float("-inf")
+        last = (limits == step).repeat_interleave(K)  # sentences at their length limit: EOS only
+        logp[last] = torch.where(
+            torch.arange(logp.shape[-1], device=device) == eos_id, logp[last], float("-inf")
+        )
+        V = logp.shape[-1]
+        cand = (scores.view(B * K, 1) + logp).view(B, K * V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
+        beam, token = top_idx // V, top_idx % V
+        new_beam = torch.zeros(B, K, dtype=torch.long, device=device)
+        new_token = torch.zeros(B, K, dtype=torch.long, device=device)
+        new_scores = torch.full((B, K), float("-inf"), device=device)
+        for b in range(B):
+            if done[b]:
+                continue
+            kept = 0
+            for j in range(top_idx.shape[1]):
+                score = float(top_scores[b, j])
+                if score == float("-inf"):
+                    break
+                k, t = int(beam[b, j]), int(token[b, j])
+                if t == eos_id:
+                    if len(finished[b]) < K:
+                        prefix = tokens[b * K + k, 1:].tolist()
+                        finished[b].append(
+                            Hypothesis(
+                                tuple(prefix + [eos_id]),
+                                score,
+                                score / length_penalty(step, alpha),
+                            )
+                        )
+                    continue
+                if kept < K:
+                    new_beam[b, kept], new_token[b, kept], new_scores[b, kept] = k, t, score
+                    kept += 1
+            if len(finished[b]) >= K or kept == 0:
+                done[b] = True
+        if bool(done.all()):
+            break
+        index = (torch.arange(B, device=device)[:, None] * K + new_beam).view(-1)
+        cache.reorder(index)
+        tokens = torch.cat([tokens[index], new_token.view(-1, 1)], dim=1)
+        scores = new_scores.masked_fill(done[:, None], float("-inf"))
+    return [sorted(f, key=lambda h: h.score, reverse=True)[:K] for f in finished]
+
+
+@torch.no_grad()
+def greedy_search(
+    model: nn.Module,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+) -> list[tuple[int, ...]]:
+    """The most probable next token at every step, batched: per sentence, its tokens (without BOS,
+    ending with EOS), at most ``max_len_a * source_length + max_len_b`` of them."""
+    c = model.config
+    B, device = src.shape[0], src.device
+    limits = _max_lengths(src, c.pad_id, max_len_a, max_len_b, c.max_seq_len)
+    memory, src_mask = model.encode(src)
+    cache = model.init_cache(memory, src_mask)
+    last = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
+    out: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for step in range(1, int(limits.max()) + 1):
+        logits = model.decode(last, cache=cache)[:, -1].float()
+        logits[:, [c.pad_id, bos_id]] = float("-inf")
+        next_token = logits.argmax(-1)
+        next_token = torch.where(limits == step, torch.full_like(next_token, eos_id), next_token)
+        for b in range(B):
+            if not done[b]:
+                out[b].append(int(next_token[b]))
+        done |= next_token == eos_id
+        if bool(done.all()):
+            break
+        last = next_token[:, None]
+    return [tuple(o) for o in out]

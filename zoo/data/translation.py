@@ -1,0 +1,269 @@
+"""Translation data: sentence pairs, a joint BPE vocabulary, and batches of about ``max_tokens`` tokens.
+
+Data sets (``dataset=``):
+
+- ``multi30k``: Multi30k task 1 (Elliott et al. 2016), en/de/fr/cs image captions: ``train`` 29,000
+  pairs, ``val`` 1,014, and the test sets ``test_2016_flickr`` (1,000; the standard one),
+  ``test_2017_flickr``, ``test_2017_mscoco``, ``test_2018_flickr``. Files ``raw/<split>.<lang>.gz``
+  from ``data_dir`` or ``$ZOO_DATA_DIR`` under ``multi30k/``, else (``download=True``) from the
+  dataset's GitHub repository.
+- ``text_files``: any parallel corpus as aligned plain-text files ``<path>/<split>.<lang>`` (e.g.
+  WMT14 En-De prepared as ``train.en`` / ``train.de``, ``newstest2014.en`` ...).
+
+Tokenization (Vaswani et al. 2017, §5.1, byte-pair encoding with a shared source-target vocabulary):
+one BPE model learned with ``tokenizers`` on the training split's source and target sides, NFKC
+normalised, words marked by a metaspace so that decoding restores the text; special tokens
+``<pad>`` 0, ``<s>`` 1 (BOS), ``</s>`` 2 (EOS), ``<unk>`` 3. Batches group pairs of similar length so
+that each holds about ``max_tokens`` source (and target) tokens, as the paper's ~25,000-token
+batches; ``datasets.Dataset`` holds the encoded pairs.
+
+Shape legend: B pairs, S source tokens, T target tokens.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from lightning import LightningDataModule
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from torch import Tensor
+from torch.utils.data import DataLoader, Sampler
+
+from zoo.data.text import _download, _find, _not_found, cache_dir
+from zoo.errors import ConfigError, DataNotFoundError
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "SPECIAL_TOKENS",
+    "TokenBatchSampler",
+    "TranslationDataModule",
+    "load_pairs",
+    "train_bpe",
+]
+
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco",
+                   "test_2018_flickr")  # fmt: skip
+
+
+def _read_lines(path: Path) -> list[str]:
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return data.decode("utf-8").rstrip("\n").split("\n")
+
+
+def _multi30k(split: str, lang: str, data_dir, download: bool) -> list[str]:
+    if split not in MULTI30K_SPLITS:
+        raise ConfigError(f"multi30k has no split {split!r}; splits: {', '.join(MULTI30K_SPLITS)}")
+    name = f"{split}.{lang}.gz"
+    path = _find("multi30k", [f"raw/{name}", name], data_dir)
+    if path is None:
+        if not download:
+            raise _not_found("multi30k", [f"raw/{name}"], data_dir, "")
+        path = _download(MULTI30K_URL.format(name=name), cache_dir() / "multi30k" / "raw" / name)
+    return _read_lines(path)
+
+
+def load_pairs(
+    dataset: str,
+    split: str,
+    source_lang: str,
+    target_lang: str,
+    *,
+    data_dir: str | None = None,
+    path: str | None = None,
+    download: bool = False,
+) -> list[tuple[str, str]]:
+    """Aligned ``(source, target)`` sentences of ``split``.
+
+    Raises:
+        DataNotFoundError: a file is missing (the message says where it looked and how to fix it).
+        ConfigError: unknown data set or split, or source and target files of different lengths.
+    """
+    if dataset == "multi30k":
+        src = _multi30k(split, source_lang, data_dir, download)
+        tgt = _multi30k(split, target_lang, data_dir, download)
+    elif dataset == "text_files":
+        if path is None:
+            raise ConfigError(
+                "dataset='text_files' needs path: a directory of <split>.<lang> files"
+            )
+        files = [Path(path) / f"{split}.{lang}" for lang in (source_lang, target_lang)]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise DataNotFoundError(f"{', '.join(missing)} not found: text_files reads "
+                                    "<path>/<split>.<lang>, one sentence per line")  # fmt: skip
+        src, tgt = (_read_lines(f) for f in files)
+    else:
+        raise ConfigError(f"unknown translation data set {dataset!r}: multi30k or text_files")
+    if len(src) != len(tgt):
+        raise ConfigError(
+            f"{dataset} {split}: {len(src)} {source_lang} lines but {len(tgt)} {target_lang} lines; "
+            "the files must be aligned line by line"
+        )
+    return list(zip(src, tgt, strict=True))
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """A joint BPE tokenizer learned on ``texts`` (see the module docstring for its conventions)."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+class TokenBatchSampler(Sampler[list[int]]):
+    """Batches of indices whose padded size ``len(batch) * longest`` stays within ``max_tokens``.
+
+    Pairs are sorted by length (longest of source and target), cut into batches, and the batches
+    shuffled (``shuffle=True``, a new order each epoch from ``seed``), as length-bucketed batching
+    usually is. A pair longer than ``max_tokens`` forms a batch of its own.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool, seed: int = 0):
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        self.batches: list[list[int]] = []
+        batch: list[int] = []
+        longest = 0
+        for i in order:
+            longest_if = max(longest, lengths[i])
+            if batch and longest_if * (len(batch) + 1) > max_tokens:
+                self.batches.append(batch)
+                batch, longest_if = [], lengths[i]
+            batch.append(i)
+            longest = longest_if
+        if batch:
+            self.batches.append(batch)
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = list(self.batches)
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(batches)
+            self.epoch += 1
+        return iter(batches)
+
+
+def collate(examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
+    """``(src (B, S), tgt_in (B, T), tgt_out (B, T))`` int64, PAD-padded: ``tgt_in`` is BOS + target,
+    ``tgt_out`` target + EOS (the decoder input shifted by one)."""
+    src = [torch.tensor(e["src"]) for e in examples]
+    tgt = [torch.tensor(e["tgt"]) for e in examples]
+    bos, eos = torch.tensor([BOS_ID]), torch.tensor([EOS_ID])
+
+    def pad(seqs):
+        return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=PAD_ID)
+
+    return (
+        pad(src),
+        pad([torch.cat([bos, t]) for t in tgt]),
+        pad([torch.cat([t, eos]) for t in tgt]),
+    )
+
+
+class TranslationDataModule(LightningDataModule):
+    """Sentence pairs for translation, batched by tokens.
+
+    Args:
+        dataset: ``multi30k`` or ``text_files`` (module docstring).
+        source_lang, target_lang: language codes of the files (``de``, ``en``, ...).
+        data_dir: directory holding ``multi30k/``; ``$ZOO_DATA_DIR`` is searched next.
+        path: the directory of ``text_files``.
+        vocab_size: size of the joint BPE vocabulary learned on the training split.
+        max_tokens: tokens (padded source or target) per training batch.
+        eval_batch_size: sentences per validation / test batch.
+        train_split, val_split, test_split: split names (Multi30k: ``train``, ``val``,
+            ``test_2016_flickr``).
+        max_length: training pairs with a side longer than this many tokens are dropped.
+        download, num_workers, seed: as :class:`~zoo.data.ByteTextDataModule`.
+
+    ``self.tokenizer`` (a ``tokenizers.Tokenizer``) exists after ``setup``; the model task saves it
+    with its checkpoints, so a trained model translates with no other files.
+    """
+
+    def __init__(
+        self,
+        dataset: str = "multi30k",
+        source_lang: str = "de",
+        target_lang: str = "en",
+        data_dir: str | None = None,
+        path: str | None = None,
+        vocab_size: int = 8000,
+        max_tokens: int = 4096,
+        eval_batch_size: int = 64,
+        train_split: str = "train",
+        val_split: str = "val",
+        test_split: str = "test_2016_flickr",
+        max_length: int = 256,
+        download: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.tokenizer: Tokenizer | None = None
+        self.splits: dict[str, Dataset] = {}
+        self.texts: dict[str, list[tuple[str, str]]] = {}
+
+    def _pairs(self, split: str) -> list[tuple[str, str]]:
+        hp = self.hparams
+        if split not in self.texts:
+            self.texts[split] = load_pairs(
+                hp.dataset, split, hp.source_lang, hp.target_lang,
+                data_dir=hp.data_dir, path=hp.path, download=hp.download,
+            )  # fmt: skip
+        return self.texts[split]
+
+    def _encode(self, split: str) -> Dataset:
+        if split not in self.splits:
+            pairs = self._pairs(split)
+            assert self.tokenizer is not None
+            src = [e.ids for e in self.tokenizer.encode_batch([s for s, _ in pairs])]
+            tgt = [e.ids for e in self.tokenizer.encode_batch([t for _, t in pairs])]
+            self.splits[split] = Dataset.from_dict({"src": src, "tgt": tgt})
+        return self.splits[split]
+
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        if self.tokenizer is None:
+            train = self._pairs(hp.train_split)
+            self.tokenizer = train_bpe([s for pair in train for s in pair], hp.vocab_size)
+
+    def train_dataloader(self) -> DataLoader:
+        hp = self.hparams
+        data = self._encode(hp.train_split)
+        data = data.filter(lambda e: max(len(e["src"]), len(e["tgt"]) + 1) <= hp.max_length)
+        lengths = [max(len(s), len(t) + 1) for s, t in zip(data["src"], data["tgt"], strict=True)]
+        sampler = TokenBatchSampler(lengths, hp.max_tokens, shuffle=True, seed=hp.seed)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate,
+                          num_workers=hp.num_workers)  # fmt: skip
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        data = self._encode(split)
+        return DataLoader(data, batch_size=self.hparams.eval_batch_size, shuffle=False,
+                          collate_fn=collate, num_workers=self.hparams.num_workers)  # fmt: skip
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.hparams.val_split)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.hparams.test_split)

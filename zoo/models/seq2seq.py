@@ -1,0 +1,294 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al. 2017), for translation.
+
+Paper §3: an encoder of ``N`` layers (self-attention, feed-forward) and a decoder of ``N`` layers
+(masked self-attention, encoder-decoder attention, feed-forward), each sub-layer wrapped as
+``LayerNorm(x + Dropout(Sublayer(x)))`` (post-norm; ``norm="pre"`` is the option that trains
+without warmup); ReLU feed-forward ``W2 relu(W1 x + b1) + b2``; sinusoidal positions added to token
+embeddings multiplied by ``sqrt(d_model)``; dropout on the sums of embeddings and positions and on
+every sub-layer output. With a joint source/target vocabulary the two embedding matrices and the
+pre-softmax projection are one matrix (§3.4, ``share_embeddings``).
+
+Presets: ``transformer_base`` and ``transformer_big`` have the paper's sizes (Table 3; a joint BPE
+vocabulary of 37,000 tokens as for WMT14 En-De); ``transformer_small`` is sized for Multi30k on a CPU;
+``transformer_tiny`` for tests.
+
+Shape legend: B batch, S source positions, T target positions, C d_model, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention import KVCache, LayerKVCache, MultiHeadAttention
+from zoo.config import ModelConfig
+from zoo.errors import ConfigError
+from zoo.models.transformer import FeedForward, sinusoidal_positions
+from zoo.pretrained import PretrainedMixin
+from zoo.registry import register_model, register_preset
+
+__all__ = ["Seq2SeqCache", "TransformerSeq2Seq", "TransformerSeq2SeqConfig"]
+
+
+@dataclass(frozen=True)
+class TransformerSeq2SeqConfig(ModelConfig):
+    vocab_size: int = 37000  # joint source/target vocabulary (paper: shared BPE, ~37,000 tokens)
+    max_seq_len: int = 1024  # longest source or target sequence (positions)
+    d_model: int = 512
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    n_heads: int = 8  # d_k = d_v = d_model / n_heads
+    d_ff: int = 2048
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums (paper §5.4)
+    attention_dropout: float = 0.0  # on attention probabilities (not in the paper)
+    activation: Literal["relu", "gelu"] = "relu"
+    norm: Literal["post", "pre"] = "post"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
+    share_embeddings: bool = True  # source, target and output embeddings one matrix (§3.4)
+    pad_id: int = 0  # padding token: masked out of every attention's keys
+    bias: bool = True
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("vocab_size", "max_seq_len", "d_model", "n_encoder_layers",
+                    "n_decoder_layers", "n_heads", "d_ff"):  # fmt: skip
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(
+                f"pad_id={self.pad_id} is not a token id of vocab_size={self.vocab_size}"
+            )
+
+
+class _SubLayer(nn.Module):
+    """``LayerNorm(x + Dropout(f(x)))`` (post) or ``x + Dropout(f(LayerNorm(x)))`` (pre)."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.pre = config.norm == "pre"
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, f) -> Tensor:
+        if self.pre:
+            return x + self.dropout(f(self.norm(x)))
+        return self.norm(x + self.dropout(f(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
+        self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
+        self.sub1, self.sub2 = _SubLayer(c), _SubLayer(c)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.sub1(x, lambda h: self.self_attn(h, key_padding_mask=src_mask))
+        return self.sub2(x, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
+        self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
+        self.sub1, self.sub2, self.sub3 = _SubLayer(c), _SubLayer(c), _SubLayer(c)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: tuple[Tensor, Tensor],
+        src_mask: Tensor,
+        cache: LayerKVCache | None = None,
+    ) -> Tensor:
+        x = self.sub1(x, lambda h: self.self_attn(h, causal=True, cache=cache))
+        x = self.sub2(x, lambda h: self.cross_attn(h, memory, key_padding_mask=src_mask))
+        return self.sub3(x, self.ff)
+
+
+@dataclass
+class Seq2SeqCache:
+    """Incremental decoding state: the decoder's self-attention keys/values (grow by one position
+    per step) and each layer's encoder-decoder keys/values (computed once from the source)."""
+
+    self_kv: KVCache
+    memory: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # per layer, (B, H, S, D)
+    src_mask: Tensor | None = None  # (B, S) bool
+
+    @property
+    def seq_len(self) -> int:
+        return self.self_kv.seq_len
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search)."""
+        self.self_kv.reorder(index)
+        self.memory = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory]
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, index)
+
+
+@register_model
+class TransformerSeq2Seq(PretrainedMixin, nn.Module):
+    """Encoder-decoder Transformer: ``forward(src (B, S), tgt (B, T))`` int64 -> logits ``(B, T, V)``.
+
+    ``tgt`` is the decoder input (the target shifted right, starting with the BOS token); logits at
+    ``t`` predict target token ``t``. Padding (``pad_id``) in ``src`` is masked out of attention.
+    Incremental decoding: ``memory, src_mask = encode(src)``, ``cache = init_cache(memory, src_mask)``,
+    then ``decode(new_tokens, cache=cache)`` step by step.
+
+    Raises:
+        ValueError: a source or target longer than ``max_seq_len``.
+    """
+
+    model_type = "transformer_seq2seq"
+    config_class = TransformerSeq2SeqConfig
+    is_encoder_decoder: ClassVar[bool] = True
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_emb = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_emb = (
+            self.src_emb
+            if c.share_embeddings
+            else nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        )
+        self.register_buffer(
+            "pos_table", sinusoidal_positions(c.max_seq_len, c.d_model), persistent=False
+        )
+        self.emb_dropout = nn.Dropout(c.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
+        final = c.norm == "pre"  # pre-norm stacks end with a LayerNorm; post-norm layers already do
+        eps = c.layer_norm_eps
+        self.encoder_norm = nn.LayerNorm(c.d_model, eps=eps) if final else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model, eps=eps) if final else nn.Identity()
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.reset_parameters()
+        if c.share_embeddings:
+            self.lm_head.weight = self.src_emb.weight
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Xavier-uniform linear layers, zero biases, embeddings ``N(0, d_model^-1/2)`` so that
+        ``sqrt(d_model)``-scaled embeddings have unit variance (as fairseq and tensor2tensor)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, self.config.d_model**-0.5)
+                module.weight[self.config.pad_id].zero_()
+
+    def _embed(self, emb: nn.Embedding, idx: Tensor, start: int, what: str) -> Tensor:
+        c = self.config
+        T = idx.shape[1]
+        if start + T > c.max_seq_len:
+            raise ValueError(
+                f"{what} of {start + T} tokens is longer than max_seq_len={c.max_seq_len}: "
+                "shorten it, or build the model with a larger max_seq_len."
+            )
+        x = emb(idx) * math.sqrt(c.d_model) + self.pos_table[start : start + T].to(emb.weight.dtype)
+        return self.emb_dropout(x)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output ``(B, S, C)`` and the source mask ``(B, S)`` bool (True = real token)."""
+        src_mask = src != self.config.pad_id
+        x = self._embed(self.src_emb, src, 0, "source")
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def init_cache(self, memory: Tensor, src_mask: Tensor) -> Seq2SeqCache:
+        """A decoding cache for ``memory`` ``(B, S, C)``: each layer's cross-attention keys and
+        values are computed here, once."""
+        c = self.config
+        cache = Seq2SeqCache(KVCache(c.n_decoder_layers, c.max_seq_len), src_mask=src_mask)
+        cache.memory = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        return cache
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None = None,
+        src_mask: Tensor | None = None,
+        cache: Seq2SeqCache | None = None,
+    ) -> Tensor:
+        """Logits ``(B, T, V)`` of the decoder input ``tgt`` ``(B, T)`` given the encoder output.
+
+        Without a cache pass ``memory`` and ``src_mask`` (from :meth:`encode`); with one, ``tgt``
+        holds only the new positions, which start at ``cache.seq_len``.
+        """
+        start = cache.seq_len if cache is not None else 0
+        if cache is None:
+            if memory is None or src_mask is None:
+                raise ValueError("decode needs memory and src_mask (from encode) or a cache")
+            kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        else:
+            kv, src_mask = cache.memory, cache.src_mask
+        x = self._embed(self.tgt_emb, tgt, start, "target")
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, kv[i], src_mask, cache.self_kv[i] if cache is not None else None)
+        return self.lm_head(self.decoder_norm(x))
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)
+
+
+# --- presets -------------------------------------------------------------------------------------
+_PAPER = dict(activation="relu", norm="post", share_embeddings=True, max_seq_len=1024)
+register_preset(
+    "transformer_base",
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig(
+        **_PAPER, vocab_size=37000, d_model=512, n_heads=8, d_ff=2048, dropout=0.1
+    ),
+    "the paper's base model: 6+6 layers, d=512, h=8, post-norm, joint vocab 37k (Table 3)",
+)
+register_preset(
+    "transformer_big",
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig(
+        **_PAPER, vocab_size=37000, d_model=1024, n_heads=16, d_ff=4096, dropout=0.3
+    ),
+    "the paper's big model: 6+6 layers, d=1024, h=16, dropout 0.3 (Table 3)",
+)
+register_preset(
+    "transformer_small",
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig(
+        **_PAPER | {"max_seq_len": 256},
+        vocab_size=8000,
+        d_model=256,
+        n_encoder_layers=3,
+        n_decoder_layers=3,
+        n_heads=4,
+        d_ff=1024,
+        dropout=0.1,
+    ),  # fmt: skip
+    "3+3 layers, d=256, h=4, post-norm, joint vocab 8k: sized for Multi30k on a CPU",
+)
+register_preset(
+    "transformer_tiny",
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig(
+        **_PAPER | {"max_seq_len": 64},
+        vocab_size=64,
+        d_model=32,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        n_heads=2,
+        d_ff=64,
+        dropout=0.0,
+    ),  # fmt: skip
+    "2+2 layers, d=32: for tests",
+)
