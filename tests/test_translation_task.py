@@ -47,7 +47,7 @@ def test_label_smoothed_loss_matches_a_hand_computation():
     assert float(loss) == pytest.approx(total / count, rel=1e-5)
 
 
-def _corpus(path):
+def _corpus(path, upper=False):
     words_de = ["ein", "Hund", "läuft", "im", "Park", "eine", "Frau", "liest", "Buch", "Mann"]
     words_en = ["a", "dog", "runs", "in", "park", "woman", "reads", "book", "man", "the"]
     for split, n in (("train", 300), ("val", 20), ("test", 20)):
@@ -56,6 +56,8 @@ def _corpus(path):
             pick = [(i * 7 + j * 3) % 10 for j in range(3 + i % 4)]
             de.append(" ".join(words_de[p] for p in pick))
             en.append(" ".join(words_en[p] for p in pick))
+        if upper:
+            de, en = [x.upper() for x in de], [x.upper() for x in en]
         (path / f"{split}.de").write_text("\n".join(de) + "\n")
         (path / f"{split}.en").write_text("\n".join(en) + "\n")
 
@@ -80,6 +82,18 @@ def test_the_checkpoint_carries_the_tokenizer(tmp_path):
     assert isinstance(restored.tokenizer.decode(ids), str) and len(ids) < src.shape[1] + 5
     trainer.test(restored, datamodule=dm, verbose=False)
     assert "test/bleu" in trainer.callback_metrics
+    # data whose own BPE differs, already encoded: it is re-encoded with the checkpoint's
+    other = tmp_path / "other"
+    other.mkdir()
+    _corpus(other, upper=True)
+    dm2 = TranslationDataModule(dataset="text_files", path=str(other), vocab_size=64,
+                                eval_batch_size=8, test_split="test")  # fmt: skip
+    dm2.setup("test")
+    dm2.test_dataloader()
+    assert dm2.tokenizer.to_str() != restored.tokenizer.to_str()
+    trainer.test(restored, datamodule=dm2, verbose=False)
+    first = dm2.texts["test"][0][0]
+    assert dm2.splits["test"]["src"][0] == restored.tokenizer.encode(first).ids
     assert restored.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
 

@@ -79,10 +79,23 @@ class Translation(LightningModule):
         self._refs: list[str] = []
 
     # --- data and tokenizer ----------------------------------------------------------------------
+    def _datamodule(self):
+        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+
+    def _give_tokenizer_to_data(self) -> None:
+        """Make the data module encode with this task's tokenizer (a restored checkpoint's), and
+        drop anything it encoded with another one."""
+        dm = self._datamodule()
+        if dm is None or self.tokenizer is None or dm.tokenizer is self.tokenizer:
+            return
+        if dm.tokenizer is None or dm.tokenizer.to_str() != self.tokenizer.to_str():
+            dm.splits.clear()
+        dm.tokenizer = self.tokenizer
+
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        # Lightning has run the data module's setup already: it has learned (or kept) a tokenizer
+        dm = self._datamodule()
         if self.tokenizer is None and dm is not None:
-            dm.setup(stage)
             self.tokenizer = dm.tokenizer
         if self.tokenizer is not None:
             v = self.tokenizer.get_vocab_size()
@@ -92,16 +105,16 @@ class Translation(LightningModule):
                     f"{self.model.config.vocab_size}: set data vocab_size and "
                     "model_config.vocab_size to the same value"
                 )
-        if dm is not None and self.tokenizer is not None:
-            dm.tokenizer = self.tokenizer  # a restored checkpoint's tokenizer wins
+        self._give_tokenizer_to_data()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
             checkpoint["tokenizer"] = self.tokenizer.to_str()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if "tokenizer" in checkpoint:
+        if "tokenizer" in checkpoint:  # on `--ckpt_path` resumes this runs after setup
             self.tokenizer = Tokenizer.from_str(checkpoint["tokenizer"])
+            self._give_tokenizer_to_data()
 
     # --- training --------------------------------------------------------------------------------
     def _loss(
