@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning import Trainer
 
-from zoo.data.translation import PAD_ID, TranslationDataModule
+from zoo.data.translation import PAD_ID, TranslationDataModule, train_bpe
 from zoo.errors import ConfigError
 from zoo.tasks import Translation
 
@@ -94,13 +94,86 @@ def test_the_checkpoint_carries_the_tokenizer(tmp_path):
     trainer.test(restored, datamodule=dm2, verbose=False)
     first = dm2.texts["test"][0][0]
     assert dm2.splits["test"]["src"][0] == restored.tokenizer.encode(first).ids
-    assert restored.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    # the model carries the tokenizer: save_pretrained writes it next to the weights
+    restored.model.save_pretrained(tmp_path / "pretrained")
+    assert (tmp_path / "pretrained" / "tokenizer.json").is_file()
 
 
 def test_vocab_mismatch_is_a_clear_error(tmp_path):
     _corpus(tmp_path)
     dm = TranslationDataModule(dataset="text_files", path=str(tmp_path), vocab_size=48)
     task = Translation(model="transformer_tiny")  # vocab_size 64
-    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False)
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False,
+                      default_root_dir=tmp_path)  # fmt: skip
     with pytest.raises(ConfigError, match="vocab_size"):
         trainer.fit(task, datamodule=dm)
+
+
+HYPS = ["A man in a blue shirt is standing on a ladder.", "Two dogs play in the snow .",
+        "A woman reads", "Children are playing soccer on a field near the sea.",
+        "A group of people stand outside a building."]  # fmt: skip
+REFS = ["A man in a blue shirt stands on a ladder.", "Two dogs are playing in the snow.",
+        "A woman is reading a book.", "Kids play football on a field by the sea.",
+        "A group of people standing in front of a building."]  # fmt: skip
+
+
+def port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _bleu_on_half(rank: int, master_port: int, result) -> None:
+    import torch.distributed as dist
+    from torchmetrics.text import SacreBLEUScore
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
+                            world_size=2)  # fmt: skip
+    half = slice(0, 2) if rank == 0 else slice(2, None)
+    metric = SacreBLEUScore(tokenize="13a")
+    metric.update(HYPS[half], [[r] for r in REFS[half]])
+    score = 100 * float(metric.compute())
+    with open(result, "a") as f:
+        f.write(f"{score:.4f}\n")
+    dist.destroy_process_group()
+
+
+def test_bleu_is_sacrebleus_and_sums_over_processes(tmp_path):
+    import sacrebleu
+    from torchmetrics.text import SacreBLEUScore
+
+    from zoo.tasks.translation import bleu_signature
+
+    expected = sacrebleu.corpus_bleu(HYPS, [REFS], smooth_method="none").score
+    assert expected == pytest.approx(
+        sacrebleu.corpus_bleu(HYPS, [REFS]).score
+    )  # every order matches
+    whole = SacreBLEUScore(tokenize="13a")
+    whole.update(HYPS, [[r] for r in REFS])
+    assert 100 * float(whole.compute()) == pytest.approx(expected, abs=1e-4)
+    # two processes (gloo) with half the sentences each: compute() syncs their n-gram statistics
+    # and gives the corpus score of the whole, as under Lightning DDP
+    result = tmp_path / "scores.txt"
+    torch.multiprocessing.spawn(_bleu_on_half, args=(port(), str(result)), nprocs=2)
+    assert result.read_text().split() == [f"{expected:.4f}"] * 2
+    averaged = (sacrebleu.corpus_bleu(HYPS[:2], [REFS[:2]]).score
+                + sacrebleu.corpus_bleu(HYPS[2:], [REFS[2:]]).score) / 2  # fmt: skip
+    assert abs(averaged - expected) > 1.0  # what averaging per-process scores would report
+    assert bleu_signature().startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:none|version:")
+
+
+def test_bleu_is_computed_against_the_raw_references(monkeypatch):
+    task = Translation(model="transformer_tiny").eval()
+    task.tokenizer = train_bpe(HYPS + REFS, vocab_size=64)
+    monkeypatch.setattr(task, "log", lambda *a, **k: None)
+    src = torch.randint(3, 64, (len(REFS), 6))
+    tgt = torch.randint(3, 64, (len(REFS), 7))  # tokens that decode to anything but REFS
+    # the model "translates" every sentence into its reference
+    monkeypatch.setattr(
+        task, "translate_ids", lambda s, d=None: [task.tokenizer.encode(r).ids for r in REFS]
+    )
+    with torch.no_grad():
+        task._eval_step((src, tgt, tgt, REFS), "test", "beam")
+    assert 100 * float(task.bleu["test"].compute()) == pytest.approx(100.0)

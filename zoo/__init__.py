@@ -7,11 +7,13 @@ model.save_pretrained("out/")
 model = zoo.from_pretrained("out/")
 zoo.list_pretrained()                     # published checkpoints (checkpoints.yaml)
 model = zoo.from_pretrained("transformer_lm_small.pg19mini")
+zoo.translate(zoo.from_pretrained("translation/folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
 """
 
 __version__ = "0.1.0"
 
 from zoo import models  # noqa: E402,F401  (registers every family's presets)
+from zoo.beam_search import translate  # noqa: E402
 from zoo.generation import generate  # noqa: E402
 from zoo.hub.registry import list_pretrained  # noqa: E402
 from zoo.pretrained import from_pretrained  # noqa: E402
@@ -24,4 +26,5 @@ __all__ = [
     "generate",
     "list_models",
     "list_pretrained",
+    "translate",
 ]

@@ -1,5 +1,5 @@
 """Decoding an encoder-decoder model: greedy search and beam search with a length penalty, batched,
-with the decoder's key/value cache.
+with the decoder's key/value cache; :func:`translate` for text in, text out.
 
 As in the Transformer paper (§6.1): beam size 4, length penalty ``alpha = 0.6`` in the GNMT form
 ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016), maximum output length = source length + 50,
@@ -10,19 +10,33 @@ hypothesis ends with EOS. PAD and BOS are never generated.
 
 Works with any model that has ``encode(src) -> (memory, src_mask)``, ``init_cache(memory, src_mask)``
 returning a cache with ``reorder(index)``, and ``decode(tokens, cache=cache) -> logits``
-(:class:`zoo.models.TransformerSeq2Seq`).
+(:class:`zoo.models.TransformerSeq2Seq`); :func:`translate` also needs its ``tokenizer``.
 
 Shape legend: B batch, K beam size, S source positions, V vocabulary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from rich.console import Console
+from rich.progress import Progress
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+from zoo.data.translation import SPECIAL_TOKENS
+
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "greedy_search",
+    "length_penalty",
+    "translate",
+    "translate_ids",
+]
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -157,3 +171,100 @@ def greedy_search(
             break
         last = next_token[:, None]
     return [tuple(o) for o in out]
+
+
+def translate_ids(
+    model: nn.Module,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    decoding: Literal["beam", "greedy"] = "beam",
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+) -> list[list[int]]:
+    """The best output's token ids for each sentence of ``src`` ``(B, S)``, without EOS."""
+    kw = dict(bos_id=bos_id, eos_id=eos_id, max_len_a=max_len_a, max_len_b=max_len_b)
+    if decoding == "greedy":
+        outs = greedy_search(model, src, **kw)
+    elif decoding == "beam":
+        outs = [
+            b[0].tokens for b in beam_search(model, src, beam_size=beam_size, alpha=alpha, **kw)
+        ]
+    else:
+        raise ValueError(f"decoding must be 'beam' or 'greedy', got {decoding!r}")
+    return [[t for t in out if t != eos_id] for out in outs]
+
+
+@torch.no_grad()
+def translate(
+    model: nn.Module,
+    sentences: Sequence[str],
+    *,
+    tokenizer: Tokenizer | None = None,
+    decoding: Literal["beam", "greedy"] = "beam",
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> list[str]:
+    """Translate ``sentences`` (plain text, one sentence each) with an encoder-decoder model.
+
+    Sentences are encoded with ``tokenizer`` (default: ``model.tokenizer``, which
+    :func:`zoo.from_pretrained` restores from ``tokenizer.json``), sorted by length into batches of
+    ``batch_size``, decoded on the model's device in eval mode, and returned detokenized in the
+    input order. An empty sentence translates to ``""``. The defaults are the paper's decoding
+    (beam 4, ``alpha = 0.6``, at most source length + 50 tokens); ``progress`` draws a bar on stderr.
+
+    Raises:
+        ValueError: no tokenizer, or a sentence longer than the model's ``max_seq_len`` tokens
+            (the message gives its index; nothing is translated).
+    """
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(
+            "no tokenizer: load the model with zoo.from_pretrained (which restores tokenizer.json) "
+            "or pass tokenizer="
+        )
+    bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
+    if bos_id is None or eos_id is None:
+        raise ValueError(f"the tokenizer has no {SPECIAL_TOKENS[1]} / {SPECIAL_TOKENS[2]} tokens")
+    encoded = [e.ids for e in tokenizer.encode_batch(list(sentences))]
+    limit = model.config.max_seq_len
+    too_long = [(i, len(ids)) for i, ids in enumerate(encoded) if len(ids) > limit]
+    if too_long:
+        i, n = too_long[0]
+        raise ValueError(
+            f"sentence {i} has {n} tokens but the model takes at most max_seq_len={limit} "
+            f"({len(too_long)} sentence(s) too long): split it into shorter sentences"
+        )
+    order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    device = next(model.parameters()).device
+    pad_id = model.config.pad_id
+    out = [""] * len(encoded)
+    was_training = model.training
+    model.eval()
+    try:
+        with Progress(console=Console(stderr=True), transient=True, disable=not progress) as bar:
+            task = bar.add_task("translating", total=len(order))
+            for batch in batches:
+                src = torch.nn.utils.rnn.pad_sequence(
+                    [torch.tensor(encoded[i]) for i in batch],
+                    batch_first=True,
+                    padding_value=pad_id,
+                ).to(device)
+                ids = translate_ids(
+                    model, src, bos_id=bos_id, eos_id=eos_id, decoding=decoding,
+                    beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
+                )  # fmt: skip
+                for i, hyp in zip(batch, tokenizer.decode_batch(ids), strict=True):
+                    out[i] = hyp
+                bar.advance(task, len(batch))
+    finally:
+        model.train(was_training)
+    return out

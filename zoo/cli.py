@@ -5,6 +5,8 @@
   ``--print_config`` prints the resolved config.
 - ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``),
   a published checkpoint (``zoo list``), a Hub repo id or a directory written by ``save_pretrained``.
+- ``zoo translate --checkpoint CKPT < source.txt``: translate text with an encoder-decoder model.
+- ``zoo average RUN/checkpoints/every100 --last 5 --out averaged.ckpt``: checkpoint averaging.
 - ``zoo list | pull | evaluate | export | push``: published checkpoints (:mod:`zoo.hub.cli`).
 - ``zoo models``: the registered models.
 - ``zoo pattern NAME --out FILE.png``: draw an attention pattern of the catalogue (like Figure 3 of
@@ -33,6 +35,8 @@ commands:
   fit | validate | test   train and evaluate with Lightning (see `zoo fit --help`)
   predict                 sample continuations of --data.init_args.prompts through Lightning
   generate                sample text from a checkpoint (see `zoo generate --help`)
+  translate               translate text (stdin or --input) with an encoder-decoder model
+  average                 average the weights of a run's last N checkpoints
   list                    the published checkpoints (checkpoints.yaml)
   pull                    download and verify a published checkpoint
   evaluate                bits per byte of a model on a split; --registered re-measures
@@ -128,25 +132,39 @@ def run_lightning(args: list[str]) -> None:
     )
 
 
-def load_for_generation(checkpoint: str, device: str = "cpu"):
-    """A model from a Lightning ``.ckpt`` (of :class:`~zoo.tasks.CausalLM`) or anything
-    :func:`zoo.from_pretrained` takes (published name, Hub repo id, pretrained directory)."""
+def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
+    """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM`` or
+    ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name, Hub repo id,
+    pretrained directory).
+
+    Raises:
+        CheckpointError: a missing or unreadable ``.ckpt``, or a model of the wrong kind (a
+            language model given to ``zoo translate``, or a translation model to ``zoo generate``).
+    """
+    from zoo import tasks
     from zoo.errors import CheckpointError
     from zoo.pretrained import from_pretrained
-    from zoo.tasks import CausalLM
 
     path = Path(checkpoint)
     if path.suffix != ".ckpt" or path.is_dir():
-        return from_pretrained(checkpoint, device=device)
-    if not path.is_file():
-        raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")
-    try:
-        module = CausalLM.load_from_checkpoint(path, map_location=device)
-    except Exception as e:
+        model = from_pretrained(checkpoint, device=device)
+    else:
+        if not path.is_file():
+            raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")
+        try:
+            module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
+        except Exception as e:
+            raise CheckpointError(
+                f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
+            ) from None
+        model = module.model.eval()
+    seq2seq = getattr(model, "is_encoder_decoder", False)
+    if seq2seq != (task == "Translation"):
         raise CheckpointError(
-            f"could not load {checkpoint} as a CausalLM checkpoint ({type(e).__name__}: {e})"
-        ) from None
-    return module.model.eval()
+            f"{checkpoint} is {'a translation' if seq2seq else 'a language'} model: use "
+            f"`zoo {'translate' if seq2seq else 'generate'}`."
+        )
+    return model
 
 
 def generate_main(args: list[str]) -> None:
@@ -178,7 +196,7 @@ def generate_main(args: list[str]) -> None:
     from zoo.generation import generate
 
     try:
-        model = load_for_generation(ns.checkpoint, ns.device)
+        model = load_model(ns.checkpoint, ns.device)
     except ZooError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     tokenizer = ByteTokenizer()
@@ -201,6 +219,82 @@ def generate_main(args: list[str]) -> None:
         if ns.num_samples > 1:
             print(f"--- sample {i} ---")
         print(tokenizer.decode(row))
+
+
+def translate_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="zoo translate",
+        description="Translate text, one sentence per line, from stdin or --input to stdout or "
+        "--output, with an encoder-decoder model (beam search as the Transformer paper).",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a .ckpt from `zoo fit` of a Translation recipe (or `zoo average`), a published "
+        "checkpoint, a Hub repo id or a save_pretrained directory (with tokenizer.json)",
+    )
+    parser.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
+    parser.add_argument("--output", help="where to write the translations (default: stdout)")
+    parser.add_argument("--decoding", choices=("beam", "greedy"), default="beam")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent")
+    parser.add_argument("--max-len-a", type=float, default=1.0)
+    parser.add_argument("--max-len-b", type=int, default=50, help="max length = a * source + b")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ns = parser.parse_args(args)
+
+    from zoo.beam_search import translate
+
+    if ns.input is not None and not Path(ns.input).is_file():
+        parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
+    try:
+        model = load_model(ns.checkpoint, ns.device, task="Translation")
+    except ZooError as e:
+        parser.exit(2, f"zoo translate: error: {e}\n")
+    text = Path(ns.input).read_text(encoding="utf-8") if ns.input else sys.stdin.read()
+    sentences = text.splitlines()
+    try:
+        out = translate(
+            model, sentences, decoding=ns.decoding, beam_size=ns.beam_size, alpha=ns.alpha,
+            max_len_a=ns.max_len_a, max_len_b=ns.max_len_b, batch_size=ns.batch_size,
+            progress=sys.stderr.isatty() or ns.input is not None,
+        )  # fmt: skip
+    except ValueError as e:
+        parser.exit(2, f"zoo translate: error: {e}\n")
+    result = "".join(line + "\n" for line in out)
+    if ns.output:
+        Path(ns.output).write_text(result, encoding="utf-8")
+    else:
+        sys.stdout.write(result)
+
+
+def average_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="zoo average",
+        description="Average the weights of the last N checkpoints of a run into one checkpoint "
+        "(Vaswani et al. 2017, section 6.1).",
+    )
+    parser.add_argument(
+        "sources", nargs="+", help="a directory of periodic checkpoints, or .ckpt files"
+    )
+    parser.add_argument(
+        "--last", type=int, default=5, help="with a directory: how many (default 5)"
+    )
+    parser.add_argument("--out", required=True, help="the .ckpt to write")
+    ns = parser.parse_args(args)
+
+    from zoo.averaging import last_checkpoints, save_average
+
+    if len(ns.sources) == 1 and Path(ns.sources[0]).is_dir():
+        paths = last_checkpoints(ns.sources[0], ns.last)
+    else:
+        paths = [Path(s) for s in ns.sources]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            parser.exit(2, f"zoo average: error: not found: {', '.join(missing)}\n")
+    out = save_average(paths, ns.out, progress=True)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {out}")
 
 
 def models_main(args: list[str]) -> None:
@@ -280,6 +374,10 @@ def _main(args: list[str]) -> None:
     command, rest = args[0], args[1:]
     if command == "generate":
         generate_main(rest)
+    elif command == "translate":
+        translate_main(rest)
+    elif command == "average":
+        average_main(rest)
     elif command == "models":
         models_main(rest)
     elif command == "pattern":

@@ -1,12 +1,14 @@
 """Saving and loading models as ``config.json`` + ``model.safetensors`` (never pickles).
 
 ``config.json`` holds ``{"model_type": ..., "config": {...}, "zoo_version": ...}``; ``model_type``
-selects the registered class, ``config`` its dataclass fields. Weights are written with
-``safetensors.torch.save_model``, which stores tied weights once. Loading checks every tensor name and
-shape against the model the config describes, so a corrupt file or a config that does not match its
-weights gives a :class:`~zoo.errors.CheckpointError` saying which, never a stack trace from deep in
-torch. Writes go to a temporary file renamed into place, so an interrupted save never leaves a
-half-written checkpoint under the final name.
+selects the registered class, ``config`` its dataclass fields. A model that carries a subword
+tokenizer (``model.tokenizer``, a ``tokenizers.Tokenizer``: the translation models) also gets
+``tokenizer.json``, which ``from_pretrained`` attaches again, so the folder is all one needs.
+Weights are written with ``safetensors.torch.save_model``, which stores tied weights once.
+Loading checks every tensor name and shape against the model the config describes, so a corrupt
+file or a config that does not match its weights gives a :class:`~zoo.errors.CheckpointError`
+saying which, never a stack trace from deep in torch. Writes go to a temporary file renamed into
+place, so an interrupted save never leaves a half-written checkpoint under the final name.
 """
 
 from __future__ import annotations
@@ -22,20 +24,29 @@ from typing import ClassVar
 import safetensors
 import safetensors.torch
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
 from zoo.config import ModelConfig
 from zoo.errors import CheckpointError, ConfigError, UnknownModelError
 from zoo.registry import get_model_class
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PretrainedMixin", "from_pretrained"]
+__all__ = [
+    "CONFIG_NAME",
+    "TOKENIZER_NAME",
+    "WEIGHTS_NAME",
+    "PretrainedMixin",
+    "from_pretrained",
+    "load_tokenizer",
+]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+TOKENIZER_NAME = "tokenizer.json"  # only for models with a subword tokenizer
 
 
 @contextmanager
-def _atomic_path(final: Path) -> Iterator[Path]:
+def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it to ``final`` only if the block succeeds."""
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     os.close(fd)
@@ -62,7 +73,8 @@ class PretrainedMixin:
     config: ModelConfig
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed).
+        """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed),
+        and ``tokenizer.json`` when the model has a ``tokenizer``.
 
         Returns the directory. Tensors are saved in their current dtype.
         """
@@ -76,9 +88,13 @@ class PretrainedMixin:
             "config": self.config.to_dict(),
             "zoo_version": __version__,
         }
-        with _atomic_path(directory / WEIGHTS_NAME) as tmp:
+        with atomic_path(directory / WEIGHTS_NAME) as tmp:
             safetensors.torch.save_model(self, str(tmp), metadata={"format": "pt"})
-        with _atomic_path(directory / CONFIG_NAME) as tmp:
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            with atomic_path(directory / TOKENIZER_NAME) as tmp:
+                tokenizer.save(str(tmp))
+        with atomic_path(directory / CONFIG_NAME) as tmp:
             tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return directory
 
@@ -156,6 +172,27 @@ def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
         )
 
 
+def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> Tokenizer:
+    """A ``tokenizers.Tokenizer`` from ``tokenizer.json``, checked against the model's vocabulary.
+
+    Raises:
+        CheckpointError: the file is not a tokenizer, or its vocabulary is not ``vocab_size``.
+    """
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises plain Exception for unparsable JSON
+        raise CheckpointError(
+            f"{path} is not a readable tokenizer ({type(e).__name__}: {e}); it is truncated or "
+            "corrupt: download it again or re-save the model."
+        ) from None
+    if vocab_size is not None and tokenizer.get_vocab_size() != vocab_size:
+        raise CheckpointError(
+            f"{path} has {tokenizer.get_vocab_size()} tokens but the model's vocab_size is "
+            f"{vocab_size}: the tokenizer and weights come from different models."
+        )
+    return tokenizer
+
+
 def from_pretrained(
     name_or_path: str | os.PathLike,
     *,
@@ -180,12 +217,14 @@ def from_pretrained(
     Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``;
     the copy shipped in the repository (``checkpoints/<name>/``) is used when it matches, the Hub
     (through the Hugging Face cache, respecting ``HF_HUB_OFFLINE``) otherwise (:mod:`zoo.hub`).
+    A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it.
 
     Raises:
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
         ChecksumError: a file differs from its registered sha256 (nothing is loaded).
         HubError: the Hub refused or is unreachable and nothing usable is cached.
-        CheckpointError: missing files, a corrupt weights file, or weights that do not match the config.
+        CheckpointError: missing files, a corrupt weights or tokenizer file, or weights (or a
+            tokenizer) that do not match the config.
     """
     from zoo.hub.download import resolve
 
@@ -204,6 +243,8 @@ def from_pretrained(
     cls, config = _read_config(directory / CONFIG_NAME)
     model = cls(config)
     load_weights(model, directory / WEIGHTS_NAME)
+    if (directory / TOKENIZER_NAME).is_file():
+        model.tokenizer = load_tokenizer(directory / TOKENIZER_NAME, config.vocab_size)
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     return model.eval()

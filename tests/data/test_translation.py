@@ -91,3 +91,92 @@ def test_missing_multi30k_says_where_it_looked(tmp_path, monkeypatch):
 def test_bpe_on_a_tiny_corpus():
     tok = train_bpe(["low lower lowest", "new newer newest"] * 10, vocab_size=40)
     assert tok.decode(tok.encode("lower newest").ids) == "lower newest"
+
+
+def _tarball(path, members: dict[str, str]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def _sgm(lang: str, sentences: list[str]) -> str:
+    segs = "".join(f'<seg id="{i + 1}">{s}</seg>\n' for i, s in enumerate(sentences))
+    return (f'<srcset setid="newstest2014" srclang="any">\n<doc sysid="ref" docid="1" '
+            f'genre="news" origlang="{lang}">\n<p>\n{segs}</p>\n</doc>\n</srcset>\n')  # fmt: skip
+
+
+def _wmt14_release(root):
+    """statmt.org's five WMT14 En-De tarballs in miniature, with the real member names."""
+    root.mkdir(parents=True, exist_ok=True)
+    corpora = {"training-parallel-europarl-v7.tgz": "training/europarl-v7.de-en",
+               "training-parallel-commoncrawl.tgz": "commoncrawl.de-en",
+               "training-parallel-nc-v9.tgz": "training/news-commentary-v9.de-en"}  # fmt: skip
+    for i, (tarball, stem) in enumerate(corpora.items()):
+        _tarball(root / tarball, {f"{stem}.de": f"Satz {i}a\nSatz {i}b\n",
+                                  f"{stem}.en": f"sentence {i}a\nsentence {i}b\n",
+                                  f"{stem}.fr": "phrase\n"})  # fmt: skip
+    _tarball(root / "dev.tgz", {"dev/newstest2013.de": "Guten Morgen .\n",
+                                "dev/newstest2013.en": "Good morning .\n"})  # fmt: skip
+    _tarball(root / "test-full.tgz", {
+        "test-full/newstest2014-deen-src.de.sgm": _sgm("de", ["Ein  Test .", " Zwei "]),
+        "test-full/newstest2014-deen-ref.en.sgm": _sgm("de", ["A test .", "Two"]),
+        "test-full/newstest2014-deen-src.en.sgm": _sgm("en", ["wrong side", "x"]),
+        "test-full/newstest2014-deen-ref.de.sgm": _sgm("en", ["falsche Seite", "y"]),
+    })  # fmt: skip
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))  # members are extracted there
+    return tmp_path / "cache" / "data"
+
+
+def test_wmt14_is_read_from_the_statmt_tarballs(tmp_path, own_cache):
+    _wmt14_release(tmp_path / "wmt14")
+    train = load_pairs("wmt14", "train", "de", "en", data_dir=str(tmp_path))
+    assert train == [(f"Satz {i}{c}", f"sentence {i}{c}") for i in range(3) for c in "ab"]
+    assert load_pairs("wmt14", "newstest2013", "en", "de", data_dir=str(tmp_path)) == [
+        ("Good morning .", "Guten Morgen .")
+    ]
+    # the test set: <seg> lines of the SGML, whitespace collapsed; source side "src", target "ref"
+    test = load_pairs("wmt14", "newstest2014", "de", "en", data_dir=str(tmp_path))
+    assert test == [("Ein Test .", "A test ."), ("Zwei", "Two")]
+    assert load_pairs("wmt14", "newstest2014", "en", "de", data_dir=str(tmp_path))[0] == (
+        "wrong side", "falsche Seite"
+    )  # fmt: skip
+
+
+def test_wmt14_downloads_from_its_public_home(tmp_path, monkeypatch, own_cache):
+    from zoo.data import translation
+
+    _wmt14_release(tmp_path / "statmt")
+    urls = {name: (tmp_path / "statmt" / name).as_uri() for name in translation.WMT14_URLS}
+    monkeypatch.setattr(translation, "WMT14_URLS", urls)
+    monkeypatch.delenv("ZOO_DATA_DIR")
+    with pytest.raises(
+        DataNotFoundError, match=r"training-parallel-europarl-v7\.tgz.*download=True"
+    ):
+        load_pairs("wmt14", "train", "de", "en")
+    pairs = load_pairs("wmt14", "newstest2014", "de", "en", download=True)
+    assert pairs[0] == ("Ein Test .", "A test .")
+    assert (own_cache / "wmt14" / "test-full.tgz").is_file()
+    (tmp_path / "statmt" / "test-full.tgz").unlink()  # now served from the cache
+    assert load_pairs("wmt14", "newstest2014", "de", "en") == pairs
+
+
+def test_wmt14_bad_input_is_a_clear_error(tmp_path, own_cache):
+    root = tmp_path / "wmt14"
+    _wmt14_release(root)
+    with pytest.raises(ConfigError, match="English-German"):
+        load_pairs("wmt14", "train", "fr", "en", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="no split 'newstest2015'"):
+        load_pairs("wmt14", "newstest2015", "de", "en", data_dir=str(tmp_path))
+    (root / "dev.tgz").write_bytes((root / "dev.tgz").read_bytes()[:40])  # truncated download
+    with pytest.raises(DataNotFoundError, match="truncated"):
+        load_pairs("wmt14", "newstest2013", "de", "en", data_dir=str(tmp_path))

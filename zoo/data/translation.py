@@ -7,8 +7,13 @@ Data sets (``dataset=``):
   ``test_2017_flickr``, ``test_2017_mscoco``, ``test_2018_flickr``. Files ``raw/<split>.<lang>.gz``
   from ``data_dir`` or ``$ZOO_DATA_DIR`` under ``multi30k/``, else (``download=True``) from the
   dataset's GitHub repository.
-- ``text_files``: any parallel corpus as aligned plain-text files ``<path>/<split>.<lang>`` (e.g.
-  WMT14 En-De prepared as ``train.en`` / ``train.de``, ``newstest2014.en`` ...).
+- ``wmt14``: WMT14 English-German as in the Transformer paper (§5.1, about 4.5M pairs): ``train``
+  is Europarl v7 + Common Crawl + News Commentary v9, ``newstest2013`` the usual validation set and
+  ``newstest2014`` (the full 3,003-sentence release, as sacrebleu's ``wmt14/full``) the test set.
+  The files are read from ``wmt14/`` under ``data_dir`` or ``$ZOO_DATA_DIR`` (extracted, or the
+  statmt.org tarballs themselves), else (``download=True``) fetched from statmt.org; the SGML test
+  files are reduced to their ``<seg>`` lines with whitespace collapsed, as sacrebleu does.
+- ``text_files``: any parallel corpus as aligned plain-text files ``<path>/<split>.<lang>``.
 
 Tokenization (Vaswani et al. 2017, §5.1, byte-pair encoding with a shared source-target vocabulary):
 one BPE model learned with ``tokenizers`` on the training split's source and target sides, NFKC
@@ -24,6 +29,9 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
+import shutil
+import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -31,7 +39,6 @@ import torch
 from datasets import Dataset
 from lightning import LightningDataModule
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.data.text import _download, _find, _not_found, cache_dir
@@ -42,6 +49,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "SPECIAL_TOKENS",
+    "WMT14_URLS",
     "TokenBatchSampler",
     "TranslationDataModule",
     "load_pairs",
@@ -57,7 +65,11 @@ MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test
 
 def _read_lines(path: Path) -> list[str]:
     data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return data.decode("utf-8").rstrip("\n").split("\n")
+    lines = data.decode("utf-8").rstrip("\n").split("\n")
+    if path.suffix == ".sgm":  # WMT's SGML: one <seg id="..."> per sentence
+        seg = re.compile(r"<seg[^>]*>(.*)</seg>")
+        lines = [" ".join(seg.search(x).group(1).split()) for x in lines if x.startswith("<seg ")]
+    return lines
 
 
 def _multi30k(split: str, lang: str, data_dir, download: bool) -> list[str]:
@@ -70,6 +82,65 @@ def _multi30k(split: str, lang: str, data_dir, download: bool) -> list[str]:
             raise _not_found("multi30k", [f"raw/{name}"], data_dir, "")
         path = _download(MULTI30K_URL.format(name=name), cache_dir() / "multi30k" / "raw" / name)
     return _read_lines(path)
+
+
+WMT14_URLS = {
+    "training-parallel-europarl-v7.tgz": "https://statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+    "training-parallel-commoncrawl.tgz": "https://statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+    "training-parallel-nc-v9.tgz": "https://statmt.org/wmt14/training-parallel-nc-v9.tgz",
+    "dev.tgz": "https://data.statmt.org/wmt17/translation-task/dev.tgz",
+    "test-full.tgz": "https://statmt.org/wmt14/test-full.tgz",
+}
+WMT14_FILES = {  # split -> (tarball, member); {lang} de|en, {role} src|ref (test: source or reference)
+    "train": [
+        ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en.{lang}"),
+        ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en.{lang}"),
+        ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en.{lang}"),
+    ],
+    "newstest2013": [("dev.tgz", "dev/newstest2013.{lang}")],
+    "newstest2014": [("test-full.tgz", "test-full/newstest2014-deen-{role}.{lang}.sgm")],
+}
+
+
+def _extract(tarball: Path, member: str, dest: Path) -> Path:
+    """Copy ``member`` of the gzipped tarball to ``dest`` (atomically)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        with tarfile.open(tarball, "r:gz") as tf, open(tmp, "wb") as out:
+            f = tf.extractfile(member)
+            if f is None:
+                raise KeyError(member)
+            shutil.copyfileobj(f, out)
+    except (KeyError, tarfile.TarError, OSError, EOFError) as e:
+        tmp.unlink(missing_ok=True)
+        raise DataNotFoundError(
+            f"{tarball} has no readable {member} ({type(e).__name__}: {e}): the file is "
+            "truncated or not the statmt.org release; delete it and download it again."
+        ) from None
+    tmp.replace(dest)
+    return dest
+
+
+def _wmt14(split: str, lang: str, role: str, data_dir, download: bool) -> list[str]:
+    if split not in WMT14_FILES:
+        raise ConfigError(f"wmt14 has no split {split!r}; splits: {', '.join(WMT14_FILES)}")
+    if lang not in ("de", "en"):
+        raise ConfigError(f"wmt14 is English-German: language {lang!r} is neither 'de' nor 'en'")
+    lines: list[str] = []
+    for tarball, pattern in WMT14_FILES[split]:
+        member = pattern.format(lang=lang, role=role)
+        path = _find("wmt14", [member, Path(member).name], data_dir)
+        if path is None:
+            archive = _find("wmt14", [tarball], data_dir)
+            if archive is None:
+                if not download:
+                    raise _not_found("wmt14", [member, tarball], data_dir,
+                                     f"It is in {WMT14_URLS[tarball]}.")  # fmt: skip
+                archive = _download(WMT14_URLS[tarball], cache_dir() / "wmt14" / tarball)
+            path = _extract(archive, member, cache_dir() / "wmt14" / member)
+        lines += _read_lines(path)
+    return lines
 
 
 def load_pairs(
@@ -91,6 +162,9 @@ def load_pairs(
     if dataset == "multi30k":
         src = _multi30k(split, source_lang, data_dir, download)
         tgt = _multi30k(split, target_lang, data_dir, download)
+    elif dataset == "wmt14":
+        src = _wmt14(split, source_lang, "src", data_dir, download)
+        tgt = _wmt14(split, target_lang, "ref", data_dir, download)
     elif dataset == "text_files":
         if path is None:
             raise ConfigError(
@@ -103,7 +177,9 @@ def load_pairs(
                                     "<path>/<split>.<lang>, one sentence per line")  # fmt: skip
         src, tgt = (_read_lines(f) for f in files)
     else:
-        raise ConfigError(f"unknown translation data set {dataset!r}: multi30k or text_files")
+        raise ConfigError(
+            f"unknown translation data set {dataset!r}: multi30k, wmt14 or text_files"
+        )
     if len(src) != len(tgt):
         raise ConfigError(
             f"{dataset} {split}: {len(src)} {source_lang} lines but {len(tgt)} {target_lang} lines; "
@@ -163,9 +239,11 @@ class TokenBatchSampler(Sampler[list[int]]):
         return iter(batches)
 
 
-def collate(examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
+def collate(examples: list[dict]) -> tuple:
     """``(src (B, S), tgt_in (B, T), tgt_out (B, T))`` int64, PAD-padded: ``tgt_in`` is BOS + target,
-    ``tgt_out`` target + EOS (the decoder input shifted by one)."""
+    ``tgt_out`` target + EOS (the decoder input shifted by one). Evaluation examples also carry the
+    raw target sentence (``"ref"``): their batches get a fourth item, the list of references,
+    which BLEU is computed against."""
     src = [torch.tensor(e["src"]) for e in examples]
     tgt = [torch.tensor(e["tgt"]) for e in examples]
     bos, eos = torch.tensor([BOS_ID]), torch.tensor([EOS_ID])
@@ -173,18 +251,21 @@ def collate(examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
     def pad(seqs):
         return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=PAD_ID)
 
-    return (
+    batch = (
         pad(src),
         pad([torch.cat([bos, t]) for t in tgt]),
         pad([torch.cat([t, eos]) for t in tgt]),
     )
+    if "ref" in examples[0]:
+        return (*batch, [e["ref"] for e in examples])
+    return batch
 
 
 class TranslationDataModule(LightningDataModule):
     """Sentence pairs for translation, batched by tokens.
 
     Args:
-        dataset: ``multi30k`` or ``text_files`` (module docstring).
+        dataset: ``multi30k``, ``wmt14`` or ``text_files`` (module docstring).
         source_lang, target_lang: language codes of the files (``de``, ``en``, ...).
         data_dir: directory holding ``multi30k/``; ``$ZOO_DATA_DIR`` is searched next.
         path: the directory of ``text_files``.
@@ -193,7 +274,8 @@ class TranslationDataModule(LightningDataModule):
         eval_batch_size: sentences per validation / test batch.
         train_split, val_split, test_split: split names (Multi30k: ``train``, ``val``,
             ``test_2016_flickr``).
-        max_length: training pairs with a side longer than this many tokens are dropped.
+        max_length: training pairs with a side longer than this many tokens are dropped (and pairs
+            with an empty side).
         download, num_workers, seed: as :class:`~zoo.data.ByteTextDataModule`.
 
     ``self.tokenizer`` (a ``tokenizers.Tokenizer``) exists after ``setup``; the model task saves it
@@ -251,7 +333,12 @@ class TranslationDataModule(LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         hp = self.hparams
         data = self._encode(hp.train_split)
-        data = data.filter(lambda e: max(len(e["src"]), len(e["tgt"]) + 1) <= hp.max_length)
+
+        def keep(e) -> bool:  # no empty side (crawled corpora have them), nothing overlong
+            n_src, n_tgt = len(e["src"]), len(e["tgt"])
+            return n_src > 0 and n_tgt > 0 and max(n_src, n_tgt + 1) <= hp.max_length
+
+        data = data.filter(keep)
         lengths = [max(len(s), len(t) + 1) for s, t in zip(data["src"], data["tgt"], strict=True)]
         sampler = TokenBatchSampler(lengths, hp.max_tokens, shuffle=True, seed=hp.seed)
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate,
@@ -259,6 +346,7 @@ class TranslationDataModule(LightningDataModule):
 
     def _eval_loader(self, split: str) -> DataLoader:
         data = self._encode(split)
+        data = data.add_column("ref", [t for _, t in self._pairs(split)])
         return DataLoader(data, batch_size=self.hparams.eval_batch_size, shuffle=False,
                           collate_fn=collate, num_workers=self.hparams.num_workers)  # fmt: skip
 

@@ -36,7 +36,9 @@ from zoo.hub.registry import CheckpointEntry, Registry, load_registry
 
 __all__ = [
     "LOAD_FILES",
+    "OPTIONAL_FILES",
     "fetch",
+    "load_files",
     "pull",
     "resolve",
     "sha256_file",
@@ -44,6 +46,12 @@ __all__ = [
 ]
 
 LOAD_FILES = ("config.json", "model.safetensors")  # what from_pretrained needs
+OPTIONAL_FILES = ("tokenizer.json",)  # loaded too when a checkpoint has them (translation models)
+
+
+def load_files(entry: CheckpointEntry) -> tuple[str, ...]:
+    """The files of ``entry`` that ``from_pretrained`` reads."""
+    return LOAD_FILES + tuple(f for f in OPTIONAL_FILES if f in entry.files)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -286,14 +294,18 @@ def resolve(
                 f"from_pretrained({entry.repo_id!r}, revision={revision!r})"
             )
         fetched = fetch(
-            entry, registry=registry, cache_dir=cache_dir, force_download=force_download
+            entry,
+            load_files(entry),
+            registry=registry,
+            cache_dir=cache_dir,
+            force_download=force_download,
         )
         return fetched, entry
     try:
         path = snapshot_download(
             name,
             revision=revision,
-            allow_patterns=list(LOAD_FILES),
+            allow_patterns=list(LOAD_FILES + OPTIONAL_FILES),
             cache_dir=cache_dir,
             force_download=force_download,
             endpoint=endpoint(),

@@ -32,7 +32,14 @@ from zoo.hub.registry import CheckpointEntry, Metric, Registry, load_registry
 
 __all__ = ["PUBLISHED_FILES", "export_run", "model_card", "push", "register"]
 
-PUBLISHED_FILES = ("config.json", "model.safetensors", "README.md", "recipe.yaml", "training.json")
+PUBLISHED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",  # translation models: their joint BPE
+    "README.md",
+    "recipe.yaml",
+    "training.json",
+)
 DEFAULT_NAMESPACE = "attention-zoo"
 
 DATASETS = {  # model card wording of the data sets a checkpoint can be trained on

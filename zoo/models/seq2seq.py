@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from zoo.attention import KVCache, LayerKVCache, MultiHeadAttention
@@ -143,6 +144,10 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
     Incremental decoding: ``memory, src_mask = encode(src)``, ``cache = init_cache(memory, src_mask)``,
     then ``decode(new_tokens, cache=cache)`` step by step.
 
+    ``tokenizer`` (a ``tokenizers.Tokenizer`` or None) is the joint BPE the model was trained with;
+    ``save_pretrained`` writes it as ``tokenizer.json`` and ``from_pretrained`` restores it, so
+    :func:`zoo.translate` needs nothing else.
+
     Raises:
         ValueError: a source or target longer than ``max_seq_len``.
     """
@@ -154,6 +159,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
     def __init__(self, config: TransformerSeq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
+        self.tokenizer: Tokenizer | None = None
         self.src_emb = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_emb = (
             self.src_emb

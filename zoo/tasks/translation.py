@@ -6,8 +6,10 @@ Paper §5.3–5.4: label-smoothed cross-entropy (``epsilon_ls = 0.1``; ``F.cross
 ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (``lr_scale`` multiplies it). Validation
 reports the unsmoothed loss (``val/nll``, nats per target token), its perplexity, and BLEU of greedy
 translations; ``zoo test`` translates the test set with beam search (beam 4, ``alpha = 0.6``, max
-length source + 50) and reports BLEU with sacrebleu's signature. BLEU is computed by sacrebleu on
-detokenized text (the BPE decoded back to sentences) against the raw references.
+length source + 50) and reports BLEU with sacrebleu's signature. BLEU is torchmetrics'
+``SacreBLEUScore`` (sacrebleu's 13a tokenizer; corpus n-gram statistics summed over processes, so
+it is exact under DDP) on detokenized text (the BPE decoded back to sentences) against the raw
+references.
 
 The BPE tokenizer of the data module is saved in every checkpoint (``checkpoint["tokenizer"]``), so
 a trained model translates with no other files.
@@ -23,15 +25,25 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from rich.console import Console
 from tokenizers import Tokenizer
-from torch import Tensor
+from torch import Tensor, nn
+from torchmetrics.text import SacreBLEUScore
 
-from zoo.beam_search import beam_search, greedy_search
+from zoo.beam_search import translate_ids
 from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.registry import create_model
 from zoo.tasks.causal_lm import lr_lambda
 
-__all__ = ["Translation"]
+__all__ = ["Translation", "bleu_signature"]
+
+
+def bleu_signature() -> str:
+    """sacrebleu's signature of the BLEU that torchmetrics' ``SacreBLEUScore(tokenize="13a")``
+    computes against one reference: no smoothing (it differs from sacrebleu's default ``exp`` only
+    when an n-gram order has no match in the whole corpus)."""
+    bleu = sacrebleu.metrics.BLEU(smooth_method="none")
+    bleu.corpus_score(["a"], [["a"]])  # sacrebleu learns the number of references here
+    return str(bleu.get_signature())
 
 
 class Translation(LightningModule):
@@ -74,9 +86,17 @@ class Translation(LightningModule):
             raise ConfigError(
                 f"{model} is not an encoder-decoder model: use transformer_small, ..."
             )
-        self.tokenizer: Tokenizer | None = None
-        self._hyps: list[str] = []
-        self._refs: list[str] = []
+        # corpus BLEU from n-gram statistics that torchmetrics sums over processes (DDP-safe)
+        self.bleu = nn.ModuleDict({s: SacreBLEUScore(tokenize="13a") for s in ("val", "test")})
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """The joint BPE (the model's, so ``self.model.save_pretrained`` writes it too)."""
+        return self.model.tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Tokenizer | None) -> None:
+        self.model.tokenizer = tokenizer
 
     # --- data and tokenizer ----------------------------------------------------------------------
     def _datamodule(self):
@@ -135,53 +155,51 @@ class Translation(LightningModule):
 
     # --- evaluation ------------------------------------------------------------------------------
     def translate_ids(self, src: Tensor, decoding: str | None = None) -> list[list[int]]:
-        """Token ids of the translations of ``src`` ``(B, S)`` (EOS removed)."""
+        """Token ids of the translations of ``src`` ``(B, S)`` (EOS removed), decoded with this
+        task's settings (``decoding`` overrides ``hparams.decoding``)."""
         hp = self.hparams
-        kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=hp.max_len_a, max_len_b=hp.max_len_b)
-        if (decoding or hp.decoding) == "greedy":
-            outs = greedy_search(self.model, src, **kw)
-        else:
-            beams = beam_search(self.model, src, beam_size=hp.beam_size, alpha=hp.alpha, **kw)
-            outs = [b[0].tokens for b in beams]
-        return [[t for t in out if t != EOS_ID] for out in outs]
+        return translate_ids(
+            self.model, src, bos_id=BOS_ID, eos_id=EOS_ID, decoding=decoding or hp.decoding,
+            beam_size=hp.beam_size, alpha=hp.alpha, max_len_a=hp.max_len_a, max_len_b=hp.max_len_b,
+        )  # fmt: skip
 
     def _eval_step(self, batch, stage: str, decoding: str | None) -> None:
-        loss, n = self._loss(batch, 0.0)
+        loss, n = self._loss(batch[:3], 0.0)
         self.log(f"{stage}/nll", loss, batch_size=int(n), prog_bar=stage == "val")
         if decoding is None:
             return
         assert self.tokenizer is not None
-        src, _, tgt_out = batch
-        for ids in self.translate_ids(src, decoding):
-            self._hyps.append(self.tokenizer.decode(ids))
-        for row in tgt_out.tolist():
-            self._refs.append(self.tokenizer.decode([t for t in row if t not in (PAD_ID, EOS_ID)]))
+        src, _, tgt_out = batch[:3]
+        hyps = self.tokenizer.decode_batch(self.translate_ids(src, decoding))
+        if len(batch) > 3:  # the raw target sentences (TranslationDataModule's eval batches)
+            refs = list(batch[3])
+        else:
+            refs = self.tokenizer.decode_batch([[t for t in row if t not in (PAD_ID, EOS_ID)]
+                                                for row in tgt_out.tolist()])  # fmt: skip
+        self.bleu[stage].update(hyps, [[r] for r in refs])
 
-    def _bleu(self, stage: str) -> None:
-        if not self._hyps:
+    def _log_bleu(self, stage: str) -> None:
+        metric = self.bleu[stage]
+        if not metric.update_called:
             return
-        bleu = sacrebleu.metrics.BLEU()
-        score = bleu.corpus_score(self._hyps, [self._refs])
-        self.log(f"{stage}/bleu", score.score, prog_bar=True)
-        self.bleu_signature = str(bleu.get_signature())
+        score = 100 * float(metric.compute())  # summed over processes under DDP
+        self.log(f"{stage}/bleu", score, prog_bar=True, sync_dist=False)
         if stage == "test" and self.trainer.is_global_zero:
-            Console().print(
-                f"{stage} BLEU {score.score:.2f} ({score}) signature {self.bleu_signature}"
-            )
-        self._hyps, self._refs = [], []
+            Console().print(f"{stage} BLEU {score:.2f}, sacrebleu signature {bleu_signature()}")
+        metric.reset()
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch, "val", "greedy" if self.hparams.val_bleu else None)
 
     def on_validation_epoch_end(self) -> None:
         self.log("val/ppl", torch.exp(self.trainer.callback_metrics["val/nll"]))
-        self._bleu("val")
+        self._log_bleu("val")
 
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch, "test", self.hparams.decoding)
 
     def on_test_epoch_end(self) -> None:
-        self._bleu("test")
+        self._log_bleu("test")
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

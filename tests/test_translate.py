@@ -1,0 +1,128 @@
+"""Text in, text out: zoo.translate, a save_pretrained folder that carries its tokenizer (locally and
+through the Hub), and the `zoo translate` command."""
+
+import json
+
+import pytest
+import torch
+
+import zoo
+from zoo.beam_search import beam_search, translate
+from zoo.cli import main
+from zoo.data.translation import BOS_ID, EOS_ID, train_bpe
+from zoo.errors import CheckpointError
+
+WORDS = "ein Hund läuft im Park eine Frau liest Buch Mann a dog runs in park woman reads book"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    words = WORDS.split()
+    texts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(2 + i % 5))
+             for i in range(200)]  # fmt: skip
+    return train_bpe(texts, vocab_size=64)
+
+
+@pytest.fixture
+def model(tokenizer):
+    torch.manual_seed(0)
+    m = zoo.create_model("transformer_tiny", vocab_size=tokenizer.get_vocab_size()).eval()
+    m.tokenizer = tokenizer
+    return m
+
+
+SENTENCES = ["ein Hund läuft", "", "eine Frau liest ein Buch im Park", "Mann"]
+
+
+def test_translate_keeps_the_input_order_and_matches_beam_search(model, tokenizer):
+    out = translate(model, SENTENCES, batch_size=2, max_len_b=6)
+    assert len(out) == len(SENTENCES) and out[1] == ""  # an empty line stays empty
+    for sentence, hyp in zip(SENTENCES, out, strict=True):
+        if not sentence:
+            continue
+        src = torch.tensor([tokenizer.encode(sentence).ids])
+        ((best, *_),) = beam_search(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_len_b=6)
+        assert hyp == tokenizer.decode([t for t in best.tokens if t != EOS_ID])
+    greedy = translate(model, SENTENCES, decoding="greedy", max_len_b=6)
+    assert len(greedy) == len(SENTENCES)
+    assert model.training is False
+
+
+def test_translate_restores_training_mode(model):
+    model.train()
+    translate(model, ["ein Hund"], max_len_b=3)
+    assert model.training
+
+
+def test_translate_refuses_too_long_sentences_and_a_missing_tokenizer(model, tokenizer):
+    long = " ".join(["Hund"] * 80)  # transformer_tiny: max_seq_len 64
+    with pytest.raises(ValueError, match=r"sentence 1 has \d+ tokens .* max_seq_len=64"):
+        translate(model, ["ein Hund", long])
+    model.tokenizer = None
+    with pytest.raises(ValueError, match="no tokenizer"):
+        translate(model, ["ein Hund"])
+    assert translate(model, ["ein Hund"], tokenizer=tokenizer, max_len_b=3)
+
+
+def test_save_pretrained_carries_the_tokenizer(model, tokenizer, tmp_path):
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+    loaded = zoo.from_pretrained(tmp_path)
+    assert loaded.tokenizer.to_str() == tokenizer.to_str()
+    assert translate(loaded, SENTENCES, max_len_b=6) == translate(model, SENTENCES, max_len_b=6)
+
+
+def test_a_damaged_or_foreign_tokenizer_is_refused(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    good = (tmp_path / "tokenizer.json").read_text()
+    (tmp_path / "tokenizer.json").write_text(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match="not a readable tokenizer"):
+        zoo.from_pretrained(tmp_path)
+    other = train_bpe(["ganz andere Wörter hier"] * 20, vocab_size=40)
+    other.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(CheckpointError, match="different models"):
+        zoo.from_pretrained(tmp_path)
+
+
+def test_language_models_have_no_tokenizer_file(tmp_path):
+    zoo.create_model("transformer_lm_tiny").save_pretrained(tmp_path)
+    assert not (tmp_path / "tokenizer.json").exists()
+
+
+def test_a_pulled_checkpoint_translates_with_no_other_files(model, hub, tmp_path):
+    from zoo.hub.publish import push
+
+    model.save_pretrained(tmp_path / "folder")
+    push(tmp_path / "folder", "someone/de-en")
+    pulled = zoo.from_pretrained("someone/de-en")
+    assert pulled.tokenizer is not None
+    assert translate(pulled, SENTENCES, max_len_b=6) == translate(model, SENTENCES, max_len_b=6)
+
+
+def test_zoo_translate_reads_a_file_or_stdin(model, tmp_path, capsys, monkeypatch):
+    import io
+
+    model.save_pretrained(tmp_path / "m")
+    source = tmp_path / "source.de"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    main(["translate", "--checkpoint", str(tmp_path / "m"), "--input", str(source),
+          "--output", str(tmp_path / "out.en"), "--max-len-b", "6"])  # fmt: skip
+    lines = (tmp_path / "out.en").read_text().split("\n")
+    assert lines[:-1] == translate(model, SENTENCES, max_len_b=6) and lines[-1] == ""
+    monkeypatch.setattr("sys.stdin", io.StringIO("ein Hund läuft\n"))
+    capsys.readouterr()
+    main(["translate", "--checkpoint", str(tmp_path / "m"), "--decoding", "greedy",
+          "--max-len-b", "6"])  # fmt: skip
+    assert capsys.readouterr().out == translate(model, ["ein Hund läuft"], decoding="greedy",
+                                                max_len_b=6)[0] + "\n"  # fmt: skip
+
+
+def test_zoo_translate_and_generate_refuse_the_other_kind_of_model(model, tmp_path, capsys):
+    model.save_pretrained(tmp_path / "seq2seq")
+    zoo.create_model("transformer_lm_tiny").save_pretrained(tmp_path / "lm")
+    with pytest.raises(SystemExit) as e:
+        main(["translate", "--checkpoint", str(tmp_path / "lm")])
+    assert e.value.code == 2 and "use `zoo generate`" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "--checkpoint", str(tmp_path / "seq2seq")])
+    assert e.value.code == 2 and "use `zoo translate`" in capsys.readouterr().err
