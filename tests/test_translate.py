@@ -126,3 +126,14 @@ def test_zoo_translate_and_generate_refuse_the_other_kind_of_model(model, tmp_pa
     with pytest.raises(SystemExit) as e:
         main(["generate", "--checkpoint", str(tmp_path / "seq2seq")])
     assert e.value.code == 2 and "use `zoo translate`" in capsys.readouterr().err
+
+
+def test_registered_checkpoints_load_their_tokenizer_file_when_they_have_one():
+    from types import SimpleNamespace
+
+    from zoo.hub.download import load_files
+
+    lm = SimpleNamespace(files={"config.json": {}, "model.safetensors": {}, "README.md": {}})
+    mt = SimpleNamespace(files={**lm.files, "tokenizer.json": {}})
+    assert load_files(lm) == ("config.json", "model.safetensors")
+    assert load_files(mt) == ("config.json", "model.safetensors", "tokenizer.json")

@@ -185,7 +185,9 @@ class Translation(LightningModule):
         score = 100 * float(metric.compute())  # summed over processes under DDP
         self.log(f"{stage}/bleu", score, prog_bar=True, sync_dist=False)
         if stage == "test" and self.trainer.is_global_zero:
-            Console().print(f"{stage} BLEU {score:.2f}, sacrebleu signature {bleu_signature()}")
+            Console().print(
+                f"{stage} BLEU {score:.2f}, sacrebleu signature {bleu_signature()}", soft_wrap=True
+            )
         metric.reset()
 
     def validation_step(self, batch, batch_idx: int) -> None:
