@@ -38,7 +38,14 @@ train: setup
 	$(BIN)/zoo generate --checkpoint $(CKPT) --prompt "$(PROMPT)" --max-new-tokens 400 \
 		--temperature 0.8 --top-k 40 --seed 0
 
-test: setup
+# Fashion-MNIST for the image tests: Debian's package holds the complete idx files
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(FASHION_MNIST):
+	$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq dataset-fashion-mnist
+
+test: setup $(FASHION_MNIST)
 	$(BIN)/python -m pytest -q
 
 lint: setup
