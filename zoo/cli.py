@@ -329,11 +329,19 @@ def pattern_main(args: list[str]) -> None:
     parser.add_argument("--c", type=int, help="fixed: summary cells per block")
     parser.add_argument("--distinct-summaries", action="store_true", help="fixed: per-head")
     parser.add_argument("--window", type=int, help="local: positions attended")
+    parser.add_argument("--query-block", type=int, help="local_1d: positions per query block")
+    parser.add_argument("--memory", type=int, help="local_1d: positions before the block")
+    parser.add_argument("--width", type=int, help="local_2d: grid width (3 x pixels for RGB)")
+    parser.add_argument("--query-height", type=int, help="local_2d: query block rows")
+    parser.add_argument("--query-width", type=int, help="local_2d: query block columns")
+    parser.add_argument("--memory-height", type=int, help="local_2d: memory rows above")
+    parser.add_argument("--memory-width", type=int, help="local_2d: memory columns each side")
     parser.add_argument("--component", type=int, choices=(1, 2), help="A1 or A2 alone")
     parser.add_argument("--query", type=int, help="the query shown on the right (default: last)")
     parser.add_argument("--head", type=int, default=0, help="head drawn (distinct summaries)")
     ns = parser.parse_args(args)
-    keys = ("stride", "c", "window", "component")
+    keys = ("stride", "c", "window", "component", "query_block", "memory", "width",
+            "query_height", "query_width", "memory_height", "memory_width")  # fmt: skip
     params = {k: getattr(ns, k) for k in keys if getattr(ns, k) is not None}
     if ns.distinct_summaries:
         params["distinct_summaries"] = True

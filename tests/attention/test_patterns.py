@@ -12,6 +12,7 @@ from zoo.attention.patterns import (
     fixed,
     get_pattern,
     local,
+    local_2d,
     strided,
 )
 from zoo.errors import ConfigError
@@ -81,6 +82,11 @@ PATTERN_CASES = [
     ("strided", {"stride": 6, "component": 2}),
     ("fixed", {"stride": 8, "c": 2}),
     ("fixed", {"stride": 8, "c": 2, "distinct_summaries": True}),
+    ("local_1d", {"query_block": 6, "memory": 4}),
+    (
+        "local_2d",
+        {"width": 9, "query_height": 2, "query_width": 3, "memory_height": 1, "memory_width": 2},
+    ),  # fmt: skip
 ]
 
 
@@ -170,9 +176,59 @@ def test_per_head_pattern_needs_the_head_count():
 
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_every_pattern_draws_to_png(name, tmp_path):
-    params = {"causal": {}, "local": {"window": 6}, "strided": {"stride": 8}}.get(
-        name, {"stride": 8, "c": 2}
-    )
+    params = {
+        "causal": {},
+        "local": {"window": 6},
+        "strided": {"stride": 8},
+        "local_1d": {"query_block": 8, "memory": 8},
+        "local_2d": {"width": 12, "query_height": 2, "query_width": 3, "memory_height": 1,
+                     "memory_width": 3},
+    }.get(name, {"stride": 8, "c": 2})  # fmt: skip
     path = draw_pattern(name, tmp_path / f"{name}.png", n=48, block_size=4, **params)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 5000
+
+
+def spec_local_1d(lq, lm):
+    """Image Transformer 1-D local: i's query block starts at b = floor(i/lq) lq; the memory is
+    the lm positions before b, and the block up to i."""
+    return lambda i, j: (i // lq) * lq - lm <= j <= i
+
+
+def spec_local_2d(width, hq, wq, hm, wm):
+    """Image Transformer 2-D local on a grid `width` wide: the query block of (r, c) spans rows
+    R..R+hq-1, columns C..C+wq-1; the memory adds hm rows above and wm columns on each side;
+    only earlier positions (raster order) are visible."""
+
+    def member(i, j):
+        (r, c), (rj, cj) = divmod(i, width), divmod(j, width)
+        R, C = r - r % hq, c - c % wq
+        return j <= i and R - hm <= rj <= R + hq - 1 and C - wm <= cj <= C + wq - 1 + wm
+
+    return member
+
+
+@pytest.mark.parametrize(("n", "lq", "lm"), [(40, 8, 8), (37, 6, 4), (20, 5, 0), (30, 4, 12)])
+def test_local_1d_is_the_image_transformers_set(n, lq, lm):
+    assert torch.equal(get_pattern("local_1d", query_block=lq, memory=lm).mask(n),
+                       brute(n, spec_local_1d(lq, lm)))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("n", "width", "hq", "wq", "hm", "wm"),
+    [(96, 12, 2, 3, 1, 3), (81, 9, 3, 3, 2, 0), (60, 12, 4, 6, 0, 6), (50, 7, 2, 2, 3, 1)],
+)
+def test_local_2d_is_the_image_transformers_set(n, width, hq, wq, hm, wm):
+    pattern = get_pattern("local_2d", width=width, query_height=hq, query_width=wq,
+                          memory_height=hm, memory_width=wm)  # fmt: skip
+    assert torch.equal(pattern.mask(n), brute(n, spec_local_2d(width, hq, wq, hm, wm)))
+
+
+def test_local_2d_by_hand_on_a_6_wide_grid():
+    # query blocks 2x2, memory one row above and one column each side; query at row 3, col 3
+    pattern = local_2d(6, 2, 2, 1, 1)
+    row = pattern.mask(36)[3 * 6 + 3]
+    seen = {divmod(int(j), 6) for j in row.nonzero()}
+    # block rows 2-3, cols 2-3; memory rows 1-3, cols 1-4; later than (3, 3) is hidden
+    expected = {(r, c) for r in (1, 2) for c in (1, 2, 3, 4)} | {(3, 1), (3, 2), (3, 3)}
+    assert seen == expected

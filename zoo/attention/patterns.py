@@ -11,11 +11,16 @@ come the two forms the zoo uses:
   so a model's attention equals the element mask exactly.
 
 Factories (Child et al. 2019, "Generating Long Sequences with Sparse Transformers", §4.3, with ``l``
-the stride, ``c`` the summary width):
+the stride, ``c`` the summary width; Parmar et al. 2018, "Image Transformer", §3.2 for ``local_1d``
+and ``local_2d``):
 
 ==========  ===================================================================================
 causal      ``j <= i`` (dense autoregressive attention)
 local       ``i - window < j <= i`` (sliding window of ``window`` positions, itself included)
+local_1d    the Image Transformer's 1-D local attention: query blocks of ``query_block``
+            positions, each attending to itself and the ``memory`` positions before it
+local_2d    its 2-D local attention on a grid ``width`` positions wide: rectangular query blocks
+            attending to a memory that extends them upwards and to both sides
 strided     A1 ``max(0, i-l) <= j <= i`` (the previous ``l`` and itself); A2 ``(i-j) mod l == 0``
 fixed       A1 ``floor(j/l) == floor(i/l)`` (own block); A2 ``j mod l in {l-c, ..., l-1}``
             (the last ``c`` cells of every block); with ``distinct_summaries`` head ``m`` uses the
@@ -48,6 +53,8 @@ __all__ = [
     "fixed",
     "get_pattern",
     "local",
+    "local_1d",
+    "local_2d",
     "strided",
 ]
 
@@ -175,16 +182,65 @@ def fixed(
     return _component(a1, a2, component)
 
 
+def local_1d(query_block: int, memory: int) -> AttentionPattern:
+    """The Image Transformer's 1-D local attention (Parmar et al. 2018, §3.2, Figure 2 left).
+
+    The sequence (an image in raster order) is cut into query blocks of ``l_q = query_block``
+    positions; a query attends to the earlier positions of its own block and to the ``l_m =
+    memory`` positions before the block: ``A_i = {j <= i : floor(i/l_q) l_q - l_m <= j}``.
+    """
+    _positive(query_block=query_block)
+    if memory < 0:
+        raise ConfigError(f"memory must be >= 0, got {memory}")
+    lq, lm = query_block, memory
+    return AttentionPattern(
+        f"local_1d(query_block={lq}, memory={lm})",
+        lambda h, q, k: (k <= q) & (k >= (q // lq) * lq - lm),
+    )
+
+
+def local_2d(
+    width: int, query_height: int, query_width: int, memory_height: int, memory_width: int
+) -> AttentionPattern:
+    """The Image Transformer's 2-D local attention (Parmar et al. 2018, §3.2, Figure 2 right).
+
+    Positions form a grid ``width`` wide (row ``i // width``, column ``i % width``; for an RGB
+    image in this zoo's order, ``width = 3 W`` sub-pixels). The grid is tiled by query blocks of
+    ``query_height x query_width``; a query attends to the earlier positions of the block's memory:
+    the block extended by ``memory_height`` rows above and ``memory_width`` columns left and right.
+    Earlier means raster order (``j <= i``): the sequence stays in the raster order the zoo's image
+    models generate in, so the parts of the memory to the right of the query in its own rows are
+    future and masked (the paper instead generates block by block).
+    """
+    _positive(width=width, query_height=query_height, query_width=query_width)
+    if memory_height < 0 or memory_width < 0:
+        raise ConfigError("memory_height and memory_width must be >= 0")
+    hq, wq, hm, wm = query_height, query_width, memory_height, memory_width
+
+    def mask_mod(h: Tensor, q: Tensor, k: Tensor) -> Tensor:
+        top = (q // width) // hq * hq - hm  # first memory row
+        left = (q % width) // wq * wq - wm  # first memory column
+        row, col = k // width, k % width
+        return (k <= q) & (row >= top) & (col >= left) & (col < left + wq + 2 * wm)
+
+    return AttentionPattern(
+        f"local_2d(width={width}, query={hq}x{wq}, memory={hm} up, {wm} left/right)", mask_mod
+    )
+
+
 PATTERNS: dict[str, Callable[..., AttentionPattern]] = {
     "causal": causal,
     "local": local,
+    "local_1d": local_1d,
+    "local_2d": local_2d,
     "strided": strided,
     "fixed": fixed,
 }
 
 
 def get_pattern(name: str, **params: int | bool | None) -> AttentionPattern:
-    """Build the catalogue pattern ``name`` (``causal``, ``local``, ``strided``, ``fixed``).
+    """Build the catalogue pattern ``name`` (``causal``, ``local``, ``local_1d``, ``local_2d``,
+    ``strided``, ``fixed``).
 
     Raises:
         ConfigError: unknown name, or parameters the factory does not take.
@@ -232,7 +288,8 @@ def draw_pattern(
 
     Left: the ``(n, n)`` connectivity matrix (rows are queries), coloured by component (A1, A2,
     both) with the computed blocks of ``block_size`` shaded. Right: the positions that ``query``
-    (default: the last) attends to, laid out in rows of width ``stride`` (or ``sqrt(n)``).
+    (default: the last) attends to, laid out in rows of width ``stride`` (``width`` for
+    ``local_2d``, else ``sqrt(n)``).
     """
     import matplotlib
 
@@ -259,7 +316,7 @@ def draw_pattern(
     image[m1 & m2] = 4
     cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868"])
 
-    width = params.get("stride") or int(math.isqrt(n))
+    width = params.get("stride") or params.get("width") or int(math.isqrt(n))
     query = n - 1 if query is None else query
     rows = math.ceil(n / width)
     grid = torch.zeros(rows * width, dtype=torch.long)
