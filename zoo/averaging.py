@@ -85,8 +85,10 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], progress: bool = Fal
         raise ConfigError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
     first: dict[str, torch.Tensor] = {}
+    steps: list[int] = []
     for path in track(paths, description="averaging", disable=not progress, transient=True):
         ckpt = _load(path)
+        steps.append(int(ckpt.get("global_step", -1)))
         state = ckpt["state_dict"]
         if not first:
             first = state
@@ -117,7 +119,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], progress: bool = Fal
     }
     out["averaged_from"] = {
         "files": [str(p) for p in paths],
-        "global_steps": [int(_load(p, mmap=True).get("global_step", -1)) for p in paths],
+        "global_steps": steps,
     }
     return out
 

@@ -357,12 +357,13 @@ class ImageDataModule(LightningDataModule):
         if not 0 <= n_val < len(train):
             raise ConfigError(f"val_size={n_val} must be below the {len(train)} training images")
         order = np.random.default_rng(hp.seed).permutation(len(train))
-        train_idx, self.val_indices = np.sort(order[n_val:]), np.sort(order[:n_val])
-        if hp.limit_train is not None:
-            train_idx = train_idx[: hp.limit_train]
-        self.train_indices = train_idx
-        val_idx = self.val_indices
-        self.splits = {"train": train[train_idx], "val": train[val_idx], "test": images["test"]}
+        self.val_indices = np.sort(order[:n_val])
+        self.train_indices = np.sort(order[n_val:])[: hp.limit_train]  # None keeps them all
+        self.splits = {
+            "train": train[self.train_indices],
+            "val": train[self.val_indices],
+            "test": images["test"],
+        }
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         hp = self.hparams
