@@ -5,6 +5,7 @@
   ``--print_config`` prints the resolved config.
 - ``zoo generate --checkpoint CKPT --prompt TEXT``: sample text from a Lightning checkpoint (``.ckpt``),
   a published checkpoint (``zoo list``), a Hub repo id or a directory written by ``save_pretrained``.
+- ``zoo sample --checkpoint CKPT --out grid.png``: image samples and top-half completions.
 - ``zoo translate --checkpoint CKPT < source.txt``: translate text with an encoder-decoder model.
 - ``zoo average RUN/checkpoints/every100 --last 5 --out averaged.ckpt``: checkpoint averaging.
 - ``zoo list | pull | evaluate | export | push``: published checkpoints (:mod:`zoo.hub.cli`).
@@ -35,6 +36,7 @@ commands:
   fit | validate | test   train and evaluate with Lightning (see `zoo fit --help`)
   predict                 sample continuations of --data.init_args.prompts through Lightning
   generate                sample text from a checkpoint (see `zoo generate --help`)
+  sample                  sample images and completions to PNG grids (image models)
   translate               translate text (stdin or --input) with an encoder-decoder model
   average                 average the weights of a run's last N checkpoints
   list                    the published checkpoints (checkpoints.yaml)
@@ -133,9 +135,9 @@ def run_lightning(args: list[str]) -> None:
 
 
 def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
-    """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM`` or
-    ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name, Hub repo id,
-    pretrained directory).
+    """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM``,
+    ``ImageLM`` or ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name,
+    Hub repo id, pretrained directory).
 
     Raises:
         CheckpointError: a missing or unreadable ``.ckpt``, or a model of the wrong kind (a
@@ -219,6 +221,60 @@ def generate_main(args: list[str]) -> None:
         if ns.num_samples > 1:
             print(f"--- sample {i} ---")
         print(tokenizer.decode(row))
+
+
+def sample_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="zoo sample",
+        description="Sample images from an image model: unconditional samples, and completions of "
+        "the top half of test images, written as PNG grids.",
+    )
+    parser.add_argument("--checkpoint", required=True, help="a .ckpt from `zoo fit` (ImageLM) or "
+                        "anything zoo.from_pretrained takes")  # fmt: skip
+    parser.add_argument("--out", required=True, help="PNG of the unconditional samples; the "
+                        "completions go to <stem>_completions.png")  # fmt: skip
+    parser.add_argument("--num-samples", type=int, default=8, help="unconditional samples")
+    parser.add_argument("--completions", type=int, default=8, help="test images completed "
+                        "(0: none); rows: top half given, completion, original")  # fmt: skip
+    parser.add_argument("--dataset", default="cifar10", help="image shape and test images")
+    parser.add_argument("--data-dir", help="directory with <dataset>/ (default $ZOO_DATA_DIR)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="samples and the test images chosen")
+    parser.add_argument("--scale", type=int, default=2, help="pixels per image pixel in the PNG")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ns = parser.parse_args(args)
+
+    import numpy as np
+
+    from zoo.data.images import IMAGE_DATASETS, load_images, save_image_grid
+    from zoo.generation import sample_images
+
+    if ns.dataset not in IMAGE_DATASETS:
+        parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
+    shape = IMAGE_DATASETS[ns.dataset][0]
+    model = load_model(ns.checkpoint, ns.device, task="ImageLM")
+    generator = torch.Generator(ns.device).manual_seed(ns.seed)
+    options = dict(temperature=ns.temperature, top_k=ns.top_k, generator=generator, progress=True)
+    try:
+        if ns.num_samples:
+            samples = sample_images(model, shape, ns.num_samples, **options)
+            print(f"wrote {save_image_grid(samples, ns.out, nrow=ns.num_samples, scale=ns.scale)}")
+        if ns.completions:
+            test = load_images(ns.dataset, data_dir=ns.data_dir, splits=("test",))["test"]
+            chosen = np.sort(
+                np.random.default_rng(ns.seed).choice(len(test), ns.completions, False)
+            )
+            originals = test[chosen]
+            half = shape[0] // 2
+            done = sample_images(model, shape, prompt_images=originals, prompt_rows=half, **options)
+            given = originals.copy()
+            given[:, half:] = 0
+            grid = np.concatenate([given, done.numpy(), originals])
+            path = Path(ns.out).with_name(Path(ns.out).stem + "_completions.png")
+            print(f"wrote {save_image_grid(grid, path, nrow=ns.completions, scale=ns.scale)}")
+    except ValueError as e:
+        parser.exit(2, f"zoo sample: error: {e}\n")
 
 
 def translate_main(args: list[str]) -> None:
@@ -384,6 +440,8 @@ def _main(args: list[str]) -> None:
         generate_main(rest)
     elif command == "translate":
         translate_main(rest)
+    elif command == "sample":
+        sample_main(rest)
     elif command == "average":
         average_main(rest)
     elif command == "models":

@@ -10,10 +10,14 @@ Shape legend: B batch, T positions, V vocab_size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
+from rich.progress import track
 from torch import Tensor, nn
 
-__all__ = ["filter_logits", "generate"]
+__all__ = ["filter_logits", "generate", "sample_images"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -47,6 +51,8 @@ def generate(
     generator: torch.Generator | None = None,
     truncate_prompt: bool = False,
     use_cache: bool = True,
+    suppress_tokens: Sequence[int] = (),
+    progress: bool = False,
 ) -> Tensor:
     """Sample ``max_new_tokens`` tokens after ``prompt``.
 
@@ -60,6 +66,8 @@ def generate(
         generator: a ``torch.Generator`` on the model's device, for reproducible samples.
         truncate_prompt: keep only the last ``max_seq_len`` prompt tokens instead of raising.
         use_cache: decode with the key/value cache (``False`` re-runs the whole window every step).
+        suppress_tokens: ids never sampled (e.g. an image model's start token).
+        progress: show a progress bar (rich) over the new tokens.
 
     Returns:
         ``(B, T + max_new_tokens)`` int64: the prompt followed by the sampled tokens.
@@ -91,7 +99,10 @@ def generate(
     seq = prompt
     cache = None
     step_input = seq  # what the next forward pass reads
-    for _ in range(max_new_tokens):
+    steps = range(max_new_tokens)
+    if progress:
+        steps = track(steps, description="sampling", transient=True)
+    for _ in steps:
         if not use_cache:
             logits = model(seq[:, -max_len:])
         else:
@@ -102,6 +113,8 @@ def generate(
                 cache = model.init_cache(seq.shape[0])
             logits = model(step_input, cache)
         logits = logits[:, -1, :].float()  # (B, V)
+        if suppress_tokens:
+            logits[:, list(suppress_tokens)] = float("-inf")
         if temperature == 0:
             next_token = logits.argmax(-1, keepdim=True)
         else:
@@ -110,3 +123,74 @@ def generate(
         seq = torch.cat([seq, next_token], dim=1)
         step_input = next_token
     return seq
+
+
+@torch.no_grad()
+def sample_images(
+    model: nn.Module,
+    image_shape: Sequence[int],
+    n: int = 0,
+    *,
+    prompt_images: np.ndarray | Tensor | None = None,
+    prompt_rows: int = 0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """Sample images from an autoregressive pixel model, sub-pixel by sub-pixel in raster order.
+
+    Args:
+        model: a zoo image model (``vocab_size`` 257: intensities and the start token
+            :data:`zoo.data.images.BOS_ID`), in eval mode; decoding uses its key/value cache.
+        image_shape: ``(H, W, C)``.
+        n: number of unconditional samples (without ``prompt_images``).
+        prompt_images: ``(N, H, W, C)`` uint8 images whose top ``prompt_rows`` rows are kept and
+            the rest completed (the papers' "completions").
+        prompt_rows: rows given; ``0`` samples from scratch.
+        temperature, top_k, generator: as :func:`generate` (the start token is never sampled).
+        progress: show a progress bar.
+
+    Returns:
+        ``(N, H, W, C)`` uint8 on the CPU.
+
+    Raises:
+        ValueError: the model's vocabulary is not 257 or its context is shorter than ``H W C``,
+            or ``prompt_images`` do not have ``image_shape``, or ``prompt_rows`` is not below ``H``.
+    """
+    from zoo.data.images import BOS_ID, image_to_sequence, sequence_to_image
+
+    H, W, C = image_shape
+    L = H * W * C
+    config = model.config
+    if config.vocab_size != BOS_ID + 1 or config.max_seq_len < L:
+        raise ValueError(
+            f"{type(model).__name__} (vocab_size={config.vocab_size}, max_seq_len="
+            f"{config.max_seq_len}) is not an image model for {H}x{W}x{C} images: that needs "
+            f"vocab_size={BOS_ID + 1} and max_seq_len >= {L}"
+        )
+    device = next(model.parameters()).device
+    if prompt_images is None:
+        known = torch.empty(n, 0, dtype=torch.long)
+    else:
+        images = torch.as_tensor(np.asarray(prompt_images))
+        if tuple(images.shape[1:]) != (H, W, C):
+            raise ValueError(
+                f"prompt_images are {tuple(images.shape)}, expected (N, {H}, {W}, {C})"
+            )
+        if not 0 <= prompt_rows < H:
+            raise ValueError(f"prompt_rows must be in [0, {H}), got {prompt_rows}")
+        known = image_to_sequence(images)[:, : prompt_rows * W * C]
+    bos = torch.full((known.shape[0], 1), BOS_ID, dtype=torch.long)
+    prompt = torch.cat([bos, known], 1).to(device)
+    out = generate(
+        model,
+        prompt,
+        L - known.shape[1],
+        temperature=temperature,
+        top_k=top_k,
+        generator=generator,
+        suppress_tokens=(BOS_ID,),
+        progress=progress,
+    )
+    return sequence_to_image(out[:, 1:].cpu(), (H, W, C))

@@ -9,10 +9,12 @@ import zoo
 from zoo.registry import get_preset
 
 # One vocabulary across families, so one set of tiny sizes fits every config. Pattern sizes are
-# small enough that sparse patterns are really sparse at 48 positions.
+# small enough that sparse patterns are really sparse at 48 positions (image models: 4x4 RGB).
 TINY = dict(
     d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64,
     stride=8, c=2, window=6, block_size=4, position_shape=None, n_clusters=4,
+    image_shape=(4, 4, 3), query_block=8, memory=8, query_height=2, query_width=6,
+    memory_height=1, memory_width=3,
 )  # fmt: skip
 
 

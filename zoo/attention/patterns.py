@@ -29,7 +29,8 @@ fixed       A1 ``floor(j/l) == floor(i/l)`` (own block); A2 ``j mod l in {l-c, .
 
 ``strided`` and ``fixed`` are factorized: ``component=1`` or ``2`` gives ``A1`` or ``A2`` alone, the
 default ``None`` their union (the paper's *merged head*). :func:`get_pattern` looks factories up by
-name; :func:`draw_pattern` saves a picture like the paper's Figure 3.
+name; :func:`draw_pattern` saves a picture like the paper's Figure 3, and
+:func:`draw_patterns_on_image` the pixels one pixel of an image attends to.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -50,6 +52,7 @@ __all__ = [
     "AttentionPattern",
     "causal",
     "draw_pattern",
+    "draw_patterns_on_image",
     "fixed",
     "get_pattern",
     "local",
@@ -72,12 +75,20 @@ class AttentionPattern:
         column_stride: set when the pattern is exactly ``{j <= i : (i - j) mod l == 0}`` (strided
             ``A2``; ``causal`` is ``l = 1``), which attention modules may compute on the
             transposed sequence with a dense kernel.
+        query_blocks: set for block-local patterns (``local_1d``, ``local_2d``): ``n -> (q_index,
+            k_index)``, int64 ``(nb, Lq)`` and ``(nb, Lk)`` with ``-1`` as padding. The query
+            blocks partition ``0..n-1`` and each block's keys include every key its queries may
+            attend to, so attention can gather each block's keys and run densely
+            (:func:`zoo.attention.sparse.gathered_attention`).
     """
 
     name: str
     mask_mod: MaskMod = field(repr=False, compare=False)
     per_head: bool = False
     column_stride: int | None = None
+    query_blocks: Callable[[int], tuple[Tensor, Tensor]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __or__(self, other: AttentionPattern) -> AttentionPattern:
         """The union: one head attending to the keys of both (the paper's merged head, Eq. 7)."""
@@ -193,9 +204,17 @@ def local_1d(query_block: int, memory: int) -> AttentionPattern:
     if memory < 0:
         raise ConfigError(f"memory must be >= 0, got {memory}")
     lq, lm = query_block, memory
+
+    def query_blocks(n: int) -> tuple[Tensor, Tensor]:
+        starts = torch.arange(0, n, lq)[:, None]  # (nb, 1)
+        q_index = starts + torch.arange(lq)  # the block
+        k_index = starts - lm + torch.arange(lm + lq)  # the memory, then the block
+        return _valid(q_index, n), _valid(k_index, n)
+
     return AttentionPattern(
         f"local_1d(query_block={lq}, memory={lm})",
         lambda h, q, k: (k <= q) & (k >= (q // lq) * lq - lm),
+        query_blocks=query_blocks,
     )
 
 
@@ -223,9 +242,32 @@ def local_2d(
         row, col = k // width, k % width
         return (k <= q) & (row >= top) & (col >= left) & (col < left + wq + 2 * wm)
 
+    def query_blocks(n: int) -> tuple[Tensor, Tensor]:
+        n_rows = math.ceil(n / width)
+        top = torch.arange(0, n_rows, hq).repeat_interleave(math.ceil(width / wq))  # (nb,)
+        left = torch.arange(0, width, wq).repeat(math.ceil(n_rows / hq))
+
+        def rectangles(r0: Tensor, c0: Tensor, h: int, w: int) -> Tensor:
+            rows = r0[:, None, None] + torch.arange(h)[:, None]  # (nb, h, 1)
+            cols = c0[:, None, None] + torch.arange(w)  # (nb, 1, w)
+            index = rows * width + cols
+            inside = (rows >= 0) & (cols >= 0) & (cols < width)
+            return torch.where(inside, index, -1).flatten(1)  # raster order within the block
+
+        q_index = rectangles(top, left, hq, wq)
+        k_index = rectangles(top - hm, left - wm, hm + hq, wq + 2 * wm)
+        return _valid(q_index, n), _valid(k_index, n)
+
     return AttentionPattern(
-        f"local_2d(width={width}, query={hq}x{wq}, memory={hm} up, {wm} left/right)", mask_mod
+        f"local_2d(width={width}, query={hq}x{wq}, memory={hm} up, {wm} left/right)",
+        mask_mod,
+        query_blocks=query_blocks,
     )
+
+
+def _valid(index: Tensor, n: int) -> Tensor:
+    """``index`` with positions outside ``0..n-1`` replaced by ``-1``."""
+    return torch.where((index >= 0) & (index < n), index, -1)
 
 
 PATTERNS: dict[str, Callable[..., AttentionPattern]] = {
@@ -343,6 +385,49 @@ def draw_pattern(
     ]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def draw_patterns_on_image(
+    patterns: dict[str, AttentionPattern],
+    image: np.ndarray,
+    query_pixel: tuple[int, int],
+    path: str | Path,
+) -> Path:
+    """Save a PNG with one panel per pattern: which pixels of ``image`` one pixel attends to.
+
+    ``image``: ``(H, W, C)`` uint8, read as the zoo's raster sequence (channels innermost). The
+    query is the last channel of ``query_pixel`` (row, column); a pixel is shown in colour if the
+    query attends to any of its channels, greyed out otherwise, and the query pixel is outlined.
+    Returns the path written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    H, W, C = image.shape
+    n = H * W * C
+    query = (query_pixel[0] * W + query_pixel[1]) * C + C - 1
+    colour = image.astype(np.float32) / 255
+    grey = 0.35 + 0.3 * colour.mean(-1, keepdims=True).repeat(C, -1)
+    if C == 1:
+        colour, grey = colour.repeat(3, -1), grey.repeat(3, -1)
+    fig, axes = plt.subplots(1, len(patterns), figsize=(2.6 * len(patterns), 3.0), squeeze=False)
+    for ax, (title, pattern) in zip(axes[0], patterns.items(), strict=True):
+        keys = pattern.mask_mod(torch.zeros(()), torch.tensor(query), torch.arange(n))  # (n,) bool
+        seen = keys.view(H, W, C).any(-1).numpy()[..., None]
+        ax.imshow(np.where(seen, colour, grey * 0.6), interpolation="nearest")
+        r, c = query_pixel
+        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
+        ax.set_title(f"{title}\n{int(seen.sum())} of {H * W} pixels", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

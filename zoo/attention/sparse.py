@@ -11,6 +11,8 @@ Routes, all exact (equal to dense attention under the pattern's element mask):
 
 - block-sparse: :func:`zoo.kernels.block_sparse_attention` over the pattern's block layout, with the
   pattern predicate inside the computed blocks (every pattern);
+- gathered blocks: a block-local pattern (the Image Transformer's ``local_1d`` / ``local_2d``)
+  gathers each query block's memory and runs one dense masked problem per block;
 - columns: the strided pattern's ``A2`` alone is causal attention among positions congruent mod
   ``l``; reshaping the sequence to ``(T/l, l)`` and transposing turns it into dense causal attention
   over each column (the paper's §5.5 "transposing the matrix"), run by SDPA in ``T^2 / l``;
@@ -36,9 +38,9 @@ from torch.utils.checkpoint import checkpoint
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.dense import CausalSelfAttention
 from zoo.attention.patterns import AttentionPattern
-from zoo.kernels import BlockSparsePlan, block_sparse_attention
+from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa
 
-__all__ = ["HeadGroup", "SparseSelfAttention", "column_attention"]
+__all__ = ["HeadGroup", "SparseSelfAttention", "column_attention", "gathered_attention"]
 
 MAX_PLANS = 8  # block-sparse plans kept per layer (one per head group and sequence length)
 
@@ -69,6 +71,35 @@ def column_attention(q: Tensor, k: Tensor, v: Tensor, stride: int) -> Tensor:
     y = F.scaled_dot_product_attention(*map(to_columns, (q, k, v)), is_causal=True)
     y = y.view(B, H, stride, rows, -1).transpose(2, 3).reshape(B, H, rows * stride, -1)
     return y[:, :, :T]
+
+
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pattern: AttentionPattern) -> Tensor:
+    """Exact attention under a block-local ``pattern`` (one with ``query_blocks``), per query block.
+
+    ``(B, H, T, D) -> (B, H, T, D)``. Each query block gathers its own keys (the Image Transformer's
+    memory, Parmar et al. 2018 §3.2) and runs as one dense masked problem; the blocks are SDPA's
+    heads, so one ``(nb, Lq, Lk)`` mask serves every batch row and head. Work ``O(T Lk)``.
+    """
+    B, H, T, D = q.shape
+    q_index, k_index = (i.to(q.device) for i in pattern.query_blocks(T))  # (nb, Lq), (nb, Lk)
+    nb, Lq = q_index.shape
+    allowed = pattern.mask_mod(0, q_index[:, :, None], k_index[:, None, :])
+    allowed &= (q_index >= 0)[:, :, None] & (k_index >= 0)[:, None, :]  # (nb, Lq, Lk)
+    allowed[:, :, 0] |= ~allowed.any(-1)  # padding queries: any key, output dropped below
+
+    def gather(x: Tensor, index: Tensor) -> Tensor:  # -1 reads a zero row appended at T
+        return F.pad(x, (0, 0, 0, 1))[:, :, index.where(index >= 0, T)]  # (B, H, nb, L, D)
+
+    y = sdpa(
+        gather(q, q_index).flatten(0, 1),
+        gather(k, k_index).flatten(0, 1),
+        gather(v, k_index).flatten(0, 1),
+        attn_mask=allowed,
+    )  # (B H, nb, Lq, D)
+    slot = torch.empty(T, dtype=torch.long, device=q.device)  # where each position's output is
+    real = q_index.flatten() >= 0
+    slot[q_index.flatten()[real]] = torch.arange(nb * Lq, device=q.device)[real]
+    return y.view(B, H, nb * Lq, -1)[:, :, slot]
 
 
 class SparseSelfAttention(CausalSelfAttention):
@@ -140,6 +171,8 @@ class SparseSelfAttention(CausalSelfAttention):
                 outputs.append(self._decode(qg, kg, vg, group.pattern, past))
             elif group.pattern.column_stride:
                 outputs.append(column_attention(qg, kg, vg, group.pattern.column_stride))
+            elif group.pattern.query_blocks is not None:
+                outputs.append(gathered_attention(qg, kg, vg, group.pattern))
             else:
                 plan = self.plan(i, q.shape[2], x.device)
                 outputs.append(block_sparse_attention(qg, kg, vg, plan))

@@ -312,10 +312,14 @@ class ImageDataModule(LightningDataModule):
             for CIFAR-10 as in the papers); a fixed random choice from ``seed``.
         batch_size, eval_batch_size: images per batch.
         limit_train: use only the first this many training images (quick runs).
+        limit_eval: evaluate on a random subset of this many images of each of validation and test
+            (quick runs on a CPU; drawn from ``seed``, so the same images every run). The official
+            files are sorted by class, so the first batches would not be a fair sample.
         download, num_workers, seed: as :class:`~zoo.data.ByteTextDataModule`.
 
     After ``setup``: ``splits`` (``train``, ``val``, ``test`` arrays ``(N, H, W, C)`` uint8),
-    ``train_indices`` / ``val_indices`` (positions in the official training set), ``image_shape``
+    ``train_indices`` / ``val_indices`` (positions in the official training set), ``test_indices``
+    (positions in the official test set), ``image_shape``
     ``(H, W, C)`` and ``seq_len`` ``H * W * C``. Batches are ``(x, y)`` int64 ``(B, L)``.
     """
 
@@ -328,6 +332,7 @@ class ImageDataModule(LightningDataModule):
         batch_size: int = 16,
         eval_batch_size: int | None = None,
         limit_train: int | None = None,
+        limit_eval: int | None = None,
         download: bool = False,
         num_workers: int = 0,
         seed: int = 0,
@@ -356,13 +361,15 @@ class ImageDataModule(LightningDataModule):
         n_val = IMAGE_DATASETS[hp.dataset][1] if hp.val_size is None else hp.val_size
         if not 0 <= n_val < len(train):
             raise ConfigError(f"val_size={n_val} must be below the {len(train)} training images")
-        order = np.random.default_rng(hp.seed).permutation(len(train))
-        self.val_indices = np.sort(order[:n_val])
-        self.train_indices = np.sort(order[n_val:])[: hp.limit_train]  # None keeps them all
+        rng = np.random.default_rng(hp.seed)
+        order = rng.permutation(len(train))
+        self.val_indices = np.sort(order[:n_val][: hp.limit_eval])  # None keeps them all
+        self.train_indices = np.sort(order[n_val:])[: hp.limit_train]
+        self.test_indices = np.sort(rng.permutation(len(images["test"]))[: hp.limit_eval])
         self.splits = {
             "train": train[self.train_indices],
             "val": train[self.val_indices],
-            "test": images["test"],
+            "test": images["test"][self.test_indices],
         }
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:

@@ -1,11 +1,14 @@
 """Model families. Importing this package registers every family's presets."""
 
+from zoo.models.image_transformer import ImageTransformerConfig, ImageTransformerLM
 from zoo.models.routing_transformer import RoutingTransformerConfig, RoutingTransformerLM
 from zoo.models.seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from zoo.models.sparse_transformer import SparseTransformerConfig, SparseTransformerLM
 from zoo.models.transformer import TransformerConfig, TransformerLM
 
 __all__ = [
+    "ImageTransformerConfig",
+    "ImageTransformerLM",
     "RoutingTransformerConfig",
     "RoutingTransformerLM",
     "SparseTransformerConfig",

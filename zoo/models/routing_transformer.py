@@ -245,3 +245,36 @@ register_preset(
     "with 2 routing heads, ~98k sub-word vocab); d_ff, window, k and relative positions are our "
     "guesses (the paper does not give them). Not trained here",
 )
+
+# CIFAR-10, a small version of the paper's Table 1 ablation (12 layers, 8 heads, k = 6 clusters of
+# 512): the four presets share every size and differ only in what the heads of the top 2 layers do.
+_CIFAR10 = dict(
+    vocab_size=257, max_seq_len=3072, d_model=256, n_layers=4, n_heads=8, d_ff=1024, dropout=0.0,
+    position="learned", tie_weights=True, scale_embeddings=False, window=512, n_clusters=6,
+    n_routing_layers=2,
+)  # fmt: skip
+register_preset(
+    "routing_transformer_cifar10",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_CIFAR10, n_local_heads=4),
+    "CIFAR-10: 4 layers, d=256, 8 heads local (window 512); the top 2 layers route 4 of them "
+    "(k=6 clusters of 512)",
+)
+register_preset(
+    "routing_transformer_cifar10_local",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_CIFAR10, n_local_heads=8),
+    "the CIFAR-10 model with every head local (window 512): Table 1's local baseline",
+)
+register_preset(
+    "routing_transformer_cifar10_random",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_CIFAR10, n_local_heads=4, routing="random"),
+    "the CIFAR-10 model routing to random clusters: Table 1's random ablation",
+)
+register_preset(
+    "routing_transformer_cifar10_dense",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**{**_CIFAR10, "n_local_heads": 8, "window": 3072}),
+    "the CIFAR-10 model with dense causal attention (window = 3072): Table 1's full attention",
+)

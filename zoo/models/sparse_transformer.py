@@ -237,3 +237,23 @@ register_preset(
     "the paper's enwik8 model (§7.3: 30 layers, 8 heads, d=512, fixed, stride 128, c=32, merged, "
     "context 12,288): GPU-sized",
 )
+register_preset(
+    "sparse_transformer_cifar10",
+    SparseTransformerLM,
+    SparseTransformerConfig(
+        vocab_size=257,
+        max_seq_len=3072,
+        d_model=256,
+        n_layers=4,
+        n_heads=4,
+        d_ff=512,
+        dropout=0.0,
+        zero_init_logits=False,
+        pattern="strided",
+        integration="multihead",
+        stride=96,
+        position_shape=(32, 32, 3),
+    ),  # fmt: skip
+    "CIFAR-10 (§7.2's setup, small): strided, stride 96 = one row of sub-pixels (A1 the row "
+    "before, A2 the column above), row/column/channel embeddings, half-width ff, 4 layers, d=256",
+)

@@ -104,6 +104,9 @@ class CausalLM(LightningModule):
     Batches are ``(x, y)``: int64 ``(B, T)`` inputs and targets, ``-100`` marking unscored targets.
     """
 
+    metric_class: type[BitsPerByte] = BitsPerByte  # bits per target token
+    metric_key = "bpb"  # logged as train/bpb, val/bpb, test/bpb
+
     def __init__(
         self,
         model: str = "transformer_lm_small",
@@ -130,7 +133,7 @@ class CausalLM(LightningModule):
             self.model = create_model(model, **(model_config or {}))
         else:
             self.model = _init_from(init_from, model_config or {})
-        self.train_bpb, self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte(), BitsPerByte()
+        self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.model(idx)
@@ -149,7 +152,7 @@ class CausalLM(LightningModule):
         loss = nll_sum / count.clamp(min=1)
         self.train_bpb(nll_sum, count)
         self.log("train/loss", loss, prog_bar=True)
-        self.log("train/bpb", self.train_bpb, prog_bar=True)
+        self.log(f"train/{self.metric_key}", self.train_bpb, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         if hasattr(self.model, "training_logs"):  # e.g. routing cluster occupancy
             for name, value in self.model.training_logs().items():
@@ -159,7 +162,7 @@ class CausalLM(LightningModule):
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: BitsPerByte) -> None:
         nll_sum, count = self._nll(batch)
         metric.update(nll_sum, count)
-        self.log(f"{stage}/bpb", metric, prog_bar=True, on_step=False, on_epoch=True)
+        self.log(f"{stage}/{self.metric_key}", metric, prog_bar=True, on_step=False, on_epoch=True)
 
     # The evaluation loss is a mean over all targets of the split, not a mean of batch means (the
     # last window of each document is short): derive it from the metric's synchronised sums.
