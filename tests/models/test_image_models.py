@@ -15,7 +15,7 @@ from PIL import Image
 
 import zoo
 from zoo.attention.patterns import local_1d, local_2d
-from zoo.attention.sparse import gathered_attention
+from zoo.attention.sparse import GatheredPlan, gathered_attention
 from zoo.cli import main
 from zoo.data.images import BOS_ID, ImageDataModule
 from zoo.errors import ConfigError
@@ -49,7 +49,7 @@ def test_gathered_attention_equals_dense_masked_attention_with_gradients(pattern
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, T, 8, generator=g, requires_grad=True) for _ in range(3))
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=pattern.mask(T))
-    got = gathered_attention(q, k, v, pattern)
+    got = gathered_attention(q, k, v, GatheredPlan.build(pattern, T, q.device))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     grad = torch.randn(got.shape, generator=g)
     for a, b in zip(
@@ -75,7 +75,10 @@ def test_the_image_transformer_attends_through_its_pattern_in_every_layer():
         mask = local_1d(8, 4).mask(48)
         want = attn.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-5)
+    assert all(isinstance(p, GatheredPlan) for p in attn._plans.values())  # built once, kept
     assert config.replace(attention="local_2d").pattern().name.startswith("local_2d(width=12,")
+    with pytest.raises(ValueError, match="not block-local"):
+        GatheredPlan.build(zoo.attention.patterns.causal(), 8, torch.device("cpu"))
 
 
 def test_coordinates_are_row_and_column_sinusoids():

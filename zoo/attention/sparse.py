@@ -40,7 +40,13 @@ from zoo.attention.dense import CausalSelfAttention
 from zoo.attention.patterns import AttentionPattern
 from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa
 
-__all__ = ["HeadGroup", "SparseSelfAttention", "column_attention", "gathered_attention"]
+__all__ = [
+    "GatheredPlan",
+    "HeadGroup",
+    "SparseSelfAttention",
+    "column_attention",
+    "gathered_attention",
+]
 
 MAX_PLANS = 8  # block-sparse plans kept per layer (one per head group and sequence length)
 
@@ -73,33 +79,65 @@ def column_attention(q: Tensor, k: Tensor, v: Tensor, stride: int) -> Tensor:
     return y[:, :, :T]
 
 
-def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pattern: AttentionPattern) -> Tensor:
-    """Exact attention under a block-local ``pattern`` (one with ``query_blocks``), per query block.
+@dataclass(frozen=True)
+class GatheredPlan:
+    """What :func:`gathered_attention` needs for a block-local pattern at one length, built once.
+
+    ``q_index`` ``(nb, Lq)`` and ``k_index`` ``(nb, Lk)``: positions of each query block and of its
+    memory (``T`` marks padding: a zero row appended there); ``allowed`` ``(nb, Lq, Lk)`` bool: the
+    pattern inside each block; ``slot`` ``(T,)``: where each position's output lands in the
+    flattened blocks.
+    """
+
+    q_index: Tensor
+    k_index: Tensor
+    allowed: Tensor
+    slot: Tensor
+
+    @classmethod
+    def build(cls, pattern: AttentionPattern, T: int, device: torch.device) -> GatheredPlan:
+        """Raises ``ValueError`` if ``pattern`` has no ``query_blocks``."""
+        if pattern.query_blocks is None:
+            raise ValueError(f"{pattern.name} is not block-local (it has no query_blocks)")
+        q_index, k_index = pattern.query_blocks(T)  # -1 = padding
+        allowed = pattern.mask_mod(0, q_index[:, :, None], k_index[:, None, :])
+        allowed &= (q_index >= 0)[:, :, None] & (k_index >= 0)[:, None, :]
+        allowed[:, :, 0] |= ~allowed.any(-1)  # padding queries: any key, output dropped
+        real = q_index.flatten() >= 0
+        slot = torch.empty(T, dtype=torch.long)
+        slot[q_index.flatten()[real]] = torch.arange(q_index.numel())[real]
+        return cls(
+            *(
+                x.to(device)
+                for x in (
+                    q_index.where(q_index >= 0, T),
+                    k_index.where(k_index >= 0, T),
+                    allowed,
+                    slot,
+                )
+            )  # fmt: skip
+        )
+
+
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, plan: GatheredPlan) -> Tensor:
+    """Exact attention under a block-local pattern (``local_1d``, ``local_2d``), per query block.
 
     ``(B, H, T, D) -> (B, H, T, D)``. Each query block gathers its own keys (the Image Transformer's
     memory, Parmar et al. 2018 §3.2) and runs as one dense masked problem; the blocks are SDPA's
     heads, so one ``(nb, Lq, Lk)`` mask serves every batch row and head. Work ``O(T Lk)``.
     """
     B, H, T, D = q.shape
-    q_index, k_index = (i.to(q.device) for i in pattern.query_blocks(T))  # (nb, Lq), (nb, Lk)
-    nb, Lq = q_index.shape
-    allowed = pattern.mask_mod(0, q_index[:, :, None], k_index[:, None, :])
-    allowed &= (q_index >= 0)[:, :, None] & (k_index >= 0)[:, None, :]  # (nb, Lq, Lk)
-    allowed[:, :, 0] |= ~allowed.any(-1)  # padding queries: any key, output dropped below
 
-    def gather(x: Tensor, index: Tensor) -> Tensor:  # -1 reads a zero row appended at T
-        return F.pad(x, (0, 0, 0, 1))[:, :, index.where(index >= 0, T)]  # (B, H, nb, L, D)
+    def gather(x: Tensor, index: Tensor) -> Tensor:  # (B H, nb, L, D); index T = the zero row
+        return F.pad(x, (0, 0, 0, 1))[:, :, index].flatten(0, 1)
 
     y = sdpa(
-        gather(q, q_index).flatten(0, 1),
-        gather(k, k_index).flatten(0, 1),
-        gather(v, k_index).flatten(0, 1),
-        attn_mask=allowed,
+        gather(q, plan.q_index),
+        gather(k, plan.k_index),
+        gather(v, plan.k_index),
+        attn_mask=plan.allowed,
     )  # (B H, nb, Lq, D)
-    slot = torch.empty(T, dtype=torch.long, device=q.device)  # where each position's output is
-    real = q_index.flatten() >= 0
-    slot[q_index.flatten()[real]] = torch.arange(nb * Lq, device=q.device)[real]
-    return y.view(B, H, nb * Lq, -1)[:, :, slot]
+    return y.view(B, H, -1, y.shape[-1])[:, :, plan.slot]
 
 
 class SparseSelfAttention(CausalSelfAttention):
@@ -129,24 +167,29 @@ class SparseSelfAttention(CausalSelfAttention):
         self.block_size = block_size
         self.checkpoint = checkpoint
         # most recently used last; prefills of many prompt lengths would otherwise pile up
-        self._plans: OrderedDict[tuple[int, int, str], BlockSparsePlan] = OrderedDict()
+        self._plans: OrderedDict[tuple[int, int, str], BlockSparsePlan | GatheredPlan] = (
+            OrderedDict()
+        )
 
     def extra_repr(self) -> str:
         parts = ", ".join(f"{g.n_heads} x {g.pattern.name}" for g in self.groups)
         return f"heads=[{parts}], block_size={self.block_size}, checkpoint={self.checkpoint}"
 
-    def plan(self, group: int, T: int, device: torch.device) -> BlockSparsePlan:
-        """The block-sparse plan of ``groups[group]`` for ``T`` positions (built once; the
-        ``MAX_PLANS`` most recently used are kept)."""
+    def plan(self, group: int, T: int, device: torch.device) -> BlockSparsePlan | GatheredPlan:
+        """The plan of ``groups[group]`` for ``T`` positions: gathered blocks for a block-local
+        pattern, else block-sparse (built once; the ``MAX_PLANS`` most recently used are kept)."""
         key = (group, T, str(device))
         if key in self._plans:
             self._plans.move_to_end(key)
         else:
             g = self.groups[group]
-            layout = g.pattern.layout(T, self.block_size, g.n_heads).to(device)
-            self._plans[key] = BlockSparsePlan(
-                layout, self.block_size, T, mask_mod=g.pattern.mask_mod
-            )
+            if g.pattern.query_blocks is not None:
+                self._plans[key] = GatheredPlan.build(g.pattern, T, device)
+            else:
+                layout = g.pattern.layout(T, self.block_size, g.n_heads).to(device)
+                self._plans[key] = BlockSparsePlan(
+                    layout, self.block_size, T, mask_mod=g.pattern.mask_mod
+                )
             while len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)
         return self._plans[key]
@@ -171,11 +214,12 @@ class SparseSelfAttention(CausalSelfAttention):
                 outputs.append(self._decode(qg, kg, vg, group.pattern, past))
             elif group.pattern.column_stride:
                 outputs.append(column_attention(qg, kg, vg, group.pattern.column_stride))
-            elif group.pattern.query_blocks is not None:
-                outputs.append(gathered_attention(qg, kg, vg, group.pattern))
             else:
                 plan = self.plan(i, q.shape[2], x.device)
-                outputs.append(block_sparse_attention(qg, kg, vg, plan))
+                attend = (
+                    gathered_attention if isinstance(plan, GatheredPlan) else block_sparse_attention
+                )
+                outputs.append(attend(qg, kg, vg, plan))
         return self.merge_heads(torch.cat(outputs, 1))
 
     @staticmethod
