@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first: without it pip would resolve the CUDA build of a newer torch for lightning
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	# triton: the kernels on a GPU; on a CPU their tests run in Triton's interpreter
+	$(BIN)/pip install -q -e ".[dev,triton]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["BlockSparsePlan", "block_sparse_attention_ref", "expand_layout"]
+__all__ = [
+    "BlockSparsePlan",
+    "KernelTables",
+    "block_sparse_attention_ref",
+    "expand_layout",
+    "plan_for",
+]
 
 MaskMod = Callable[[Tensor, Tensor, Tensor], Tensor]
 _CHUNK_SCORES = 1 << 22  # score elements per chunk (16 MiB of fp32)
@@ -73,6 +80,23 @@ def block_sparse_attention_ref(
     Raises:
         ValueError: mismatched shapes, or a layout of the wrong size or dtype.
     """
+    plan = plan_for(q, k, v, layout, block_size, causal=causal, mask_mod=mask_mod)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return _BlockSparseAttention.apply(q, k, v, plan, scale)
+
+
+def plan_for(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: Tensor | BlockSparsePlan,
+    block_size: int | None,
+    *,
+    causal: bool,
+    mask_mod: MaskMod | None,
+) -> BlockSparsePlan:
+    """The checked :class:`BlockSparsePlan` for these inputs, on ``q``'s device (the argument
+    rules of :func:`block_sparse_attention_ref`; raises its ``ValueError``)."""
     B, H, T, D = q.shape
     if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(f"q, k, v must share (B, H, T): got {q.shape}, {k.shape}, {v.shape}")
@@ -86,8 +110,7 @@ def block_sparse_attention_ref(
         plan = BlockSparsePlan(layout, block_size, T, causal=causal, mask_mod=mask_mod)
     if plan.n_layout_heads not in (1, H):
         raise ValueError(f"per-head layout has {plan.n_layout_heads} heads, q has {H}")
-    scale = D**-0.5 if scale is None else scale
-    return _BlockSparseAttention.apply(q, k, v, plan.to(q.device), scale)
+    return plan.to(q.device)
 
 
 class BlockSparsePlan:
@@ -130,12 +153,20 @@ class BlockSparsePlan:
         order = torch.sort((~lay).to(torch.uint8), dim=-1, stable=True).indices
         self.cols = order[..., : max(1, int(self.nnz.max()))]  # (Hl, nb, K)
         self._masks: dict[int, list[Tensor]] = {}  # n_heads -> element mask of each chunk
+        self._tables: dict[int, KernelTables] = {}  # n_heads -> the Triton kernel's tables
 
     def to(self, device: torch.device) -> BlockSparsePlan:
         if self.cols.device != device:
             self.nnz, self.cols = self.nnz.to(device), self.cols.to(device)
             self._masks.clear()
+            self._tables.clear()
         return self
+
+    def kernel_tables(self, n_heads: int) -> KernelTables:
+        """The layout as the Triton kernel reads it, for ``n_heads`` heads (built once)."""
+        if n_heads not in self._tables:
+            self._tables[n_heads] = KernelTables.build(self, n_heads)
+        return self._tables[n_heads]
 
     def chunks(self, n_heads: int) -> list[tuple[int, int, Tensor, Tensor]]:
         """``(r0, r1, cols (Hl, R, K), allowed (1 or H, R, b, K b))`` per chunk of query blocks."""
@@ -185,6 +216,99 @@ class BlockSparsePlan:
         heads = torch.arange(H, device=cols.device)[:, None, None]
         flat = (heads * nb + cols).expand(H, R, K).reshape(-1)  # (H R K,)
         into.view(B, H * nb, b, D).index_add_(1, flat, grads.reshape(B, H * R * K, b, D))
+
+
+@dataclass
+class KernelTables:
+    """A :class:`BlockSparsePlan` as the Triton kernel reads it.
+
+    The computed blocks are listed twice, as compressed sparse rows and compressed sparse columns
+    over the flattened ``(layout head, block row)`` index. The forward and dq kernels walk a
+    query block's key blocks; the dk/dv kernel walks a key block's query blocks. Each listed
+    block has a tile id per mask head: ``-1`` is a full block, and ``t >= 0`` names an element
+    mask ``tiles[t]``, which holds the causal diagonal, the ragged end and ``mask_mod``. Equal
+    tiles are stored once, so a periodic pattern needs only a few. Blocks whose mask allows
+    nothing are dropped.
+
+    Attributes:
+        row_ptr, col_ptr: int32 ``(Hl * nb + 1,)`` offsets into the lists.
+        row_cols, col_rows: int32 ``(E,)`` key blocks by row, and query blocks by column.
+        row_tile, col_tile: int32 ``(Ht, E)`` tile id per mask head and listed block.
+        tiles: int8 ``(n_tiles, b, b)`` element masks, 1 = allowed. ``n_tiles >= 1``; the
+            tile is a dummy when no block is partial.
+        n_layout_heads, n_mask_heads: ``Hl`` and ``Ht``. Head ``h`` reads layout head
+            ``h % Hl`` and mask head ``h % Ht``. ``Ht`` is ``n_heads`` only when a
+            ``mask_mod`` is given with a shared layout.
+        n_blocks: computed blocks, summed over layout heads (the benchmark's FLOP count).
+    """
+
+    row_ptr: Tensor
+    row_cols: Tensor
+    row_tile: Tensor
+    col_ptr: Tensor
+    col_rows: Tensor
+    col_tile: Tensor
+    tiles: Tensor
+    n_layout_heads: int
+    n_mask_heads: int
+
+    @property
+    def n_blocks(self) -> int:
+        return self.row_cols.numel()
+
+    @staticmethod
+    def build(plan: BlockSparsePlan, n_heads: int) -> KernelTables:
+        lay = plan.layout if plan.layout.dim() == 3 else plan.layout[None]
+        lay = lay.to(plan.cols.device)
+        Hl, nb, b = lay.shape[0], plan.nb, plan.b
+        Ht = n_heads if plan.mask_mod is not None and Hl == 1 else 1
+        listed = lay.nonzero(as_tuple=True)  # (head, row, col), row-major order
+        kept, tile_ids, unique_tiles = [], [], []
+        offs = torch.arange(b, device=lay.device)
+        step = max(1, _CHUNK_SCORES // (Ht * b * b))
+        for e0 in range(0, listed[0].numel(), step):
+            h, r, c = (x[e0 : e0 + step] for x in listed)
+            qpos = (r[:, None] * b + offs)[:, :, None]  # (E, b, 1)
+            kpos = (c[:, None] * b + offs)[:, None, :]  # (E, 1, b)
+            m = (kpos < plan.seq_len) & (qpos >= 0)
+            if plan.causal:
+                m = m & (kpos <= qpos)
+            if plan.mask_mod is not None:
+                # per mask head, or per listed block: the layout head it belongs to
+                heads = torch.arange(Ht, device=lay.device).view(-1, 1, 1, 1)
+                heads = heads if Ht > 1 else h.view(1, -1, 1, 1)
+                m = m & plan.mask_mod(heads, qpos[None], kpos[None])
+            m = torch.broadcast_to(m, (Ht, *m.shape[-3:])).flatten(2)  # (Ht, E, b b)
+            keep = m.any(-1).any(0)  # the block allows something for some head
+            kept.append(torch.stack([h, r, c])[:, keep])
+            m = m[:, keep]
+            full = m.all(-1)
+            ids = torch.full(full.shape, -1, dtype=torch.int64, device=lay.device)
+            if (~full).any():
+                found, inverse = torch.unique(m[~full].to(torch.uint8), dim=0, return_inverse=True)
+                ids[~full] = inverse + sum(len(t) for t in unique_tiles)
+                unique_tiles.append(found)
+            tile_ids.append(ids)
+        head, row, col = torch.cat(kept, 1) if kept else lay.new_zeros(3, 0, dtype=torch.int64)
+        ids = torch.cat(tile_ids, 1) if tile_ids else lay.new_zeros(Ht, 0, dtype=torch.int64)
+        tiles = torch.ones(1, b * b, dtype=torch.uint8, device=lay.device)
+        if unique_tiles:  # the same tile may have been found in several chunks
+            tiles, inverse = torch.unique(torch.cat(unique_tiles), dim=0, return_inverse=True)
+            ids = torch.where(ids >= 0, inverse[ids.clamp(min=0)], ids)
+
+        def compressed(major: Tensor, minor: Tensor):
+            key = (head * nb + major) * nb + minor
+            order = torch.argsort(key)
+            counts = torch.bincount(head * nb + major, minlength=Hl * nb)
+            ptr = F.pad(counts.cumsum(0), (1, 0))
+            return ptr.int(), minor[order].int(), ids[:, order].int().contiguous()
+
+        row_ptr, row_cols, row_tile = compressed(row, col)
+        col_ptr, col_rows, col_tile = compressed(col, row)
+        return KernelTables(
+            row_ptr, row_cols, row_tile, col_ptr, col_rows, col_tile,
+            tiles.view(-1, b, b).to(torch.int8).contiguous(), Hl, Ht,
+        )  # fmt: skip
 
 
 def _pad_blocks(x: Tensor, nb: int, b: int) -> Tensor:

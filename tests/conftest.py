@@ -2,12 +2,19 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
 # Tests never reach the network: offline Hub/datasets, and a cache directory of our own.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+# Without a GPU the Triton kernels run in Triton's interpreter on CPU tensors. It is set here, before
+# any test module is collected: set later (in tests/kernels/conftest.py), the kernels' helper
+# functions were compiled for a GPU when the whole suite ran.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _data_dir() -> Path:

@@ -1,0 +1,41 @@
+"""python -m zoo.kernels.bench runs and reports (timings themselves are never asserted)."""
+
+import json
+
+import pytest
+import torch
+from zoo.kernels import bench
+
+
+def test_cpu_run_writes_a_table_with_the_environment(tmp_path):
+    bench.main(["--sizes", "256", "--head-dims", "64", "--methods", "triton", "sdpa", "ref",
+                "--out", str(tmp_path)])  # fmt: skip
+    data = json.loads((tmp_path / "kernels_cpu.json").read_text())
+    env, rows = data["environment"], data["rows"]
+    assert env["torch"] == torch.__version__ and "no GPU" in env["device"]
+    assert env["triton"] != "" and env["command"].startswith("python -m zoo.kernels.bench")
+    # 2 layouts + routing, 3 methods, 2 passes
+    assert len(rows) == 3 * 3 * 2
+    for r in rows:
+        if r["method"] == "triton":
+            assert r["error"] == "needs CUDA"
+        else:
+            assert r["ms"] > 0 and r["tflops"] > 0, r
+    density = {r["layout"]: r["density"] for r in rows if r["method"] == "ref" and "density" in r}
+    # causal at 256 with blocks of 64: 10 of the 16 blocks (the triangle with its diagonal)
+    assert density["causal"] == pytest.approx(10 / 16)
+    assert density["fixed"] == pytest.approx(10 / 16)  # n < stride: the same triangle
+    text = (tmp_path / "kernels_cpu.md").read_text()
+    assert "| block_sparse | causal | 256 | 64 | fwd | 0.625 | needs CUDA |" in text
+
+
+def test_report_computes_flex_over_triton():
+    env = {"device": "GPU X", "torch": "t"}
+    key = {"op": "block_sparse", "layout": "fixed", "n": 1024, "d": 64, "pass": "fwd"}
+    rows = [
+        {**key, "method": "triton", "ms": 2.0, "tflops": 400.0, "density": 0.25},
+        {**key, "method": "flex", "ms": 3.0, "tflops": 266.7, "density": 0.25},
+    ]
+    text = bench.report(rows, env)
+    assert text.startswith("# Kernel benchmark: GPU X")
+    assert "| block_sparse | fixed | 1024 | 64 | fwd | 0.250 | 2 | 400 | 3 | 267 | 1.50 |" in text
