@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from zoo.kernels.sdpa import sdpa
 
-__all__ = ["gather_clusters", "routing_attention_ref", "scatter_mean"]
+__all__ = ["gather_clusters", "routing_attention_ref", "scatter_mean", "scatter_sum"]
 
 
 def gather_clusters(x: Tensor, idx: Tensor) -> Tensor:
@@ -33,15 +33,26 @@ def gather_clusters(x: Tensor, idx: Tensor) -> Tensor:
     return x.gather(2, flat).view(B, H, k, w, D)
 
 
+def scatter_sum(y: Tensor, idx: Tensor, T: int) -> Tensor:
+    """Cluster rows ``y`` ``(B, H, k, w, D)`` summed into ``(B, H, T, D)`` at ``idx``: zero where
+    a position appears in no cluster (differentiable in ``y``)."""
+    B, H, k, w, D = y.shape
+    flat = _flat_positions(idx, T)
+    return y.new_zeros(B * H * T, D).index_add(0, flat, y.reshape(-1, D)).view(B, H, T, D)
+
+
 def scatter_mean(y: Tensor, idx: Tensor, T: int) -> Tensor:
     """Cluster outputs ``y`` ``(B, H, k, w, D)`` back to ``(B, H, T, D)`` at ``idx``: the mean over
     the clusters a position appears in, zero where it appears in none (differentiable in ``y``)."""
-    B, H, k, w, D = y.shape
-    offsets = torch.arange(B * H, device=idx.device).view(B, H, 1, 1) * T
-    flat = (idx + offsets).reshape(-1)  # (B H k w,) rows of the (B H T, D) output
-    out = y.new_zeros(B * H * T, D).index_add(0, flat, y.reshape(-1, D))
-    counts = torch.bincount(flat, minlength=B * H * T).clamp_(min=1)
-    return (out / counts[:, None].to(out.dtype)).view(B, H, T, D)
+    B, H = y.shape[:2]
+    counts = torch.bincount(_flat_positions(idx, T), minlength=B * H * T).clamp_(min=1)
+    return scatter_sum(y, idx, T) / counts.view(B, H, T, 1).to(y.dtype)
+
+
+def _flat_positions(idx: Tensor, T: int) -> Tensor:
+    """``idx`` ``(B, H, k, w)`` -> rows of the flattened ``(B H T)`` positions, ``(B H k w,)``."""
+    B, H = idx.shape[:2]
+    return (idx + torch.arange(B * H, device=idx.device).view(B, H, 1, 1) * T).reshape(-1)
 
 
 def routing_attention_ref(

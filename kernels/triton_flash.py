@@ -16,6 +16,9 @@ This module imports Triton: import it only where Triton is known to be present.
 
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
@@ -78,8 +81,6 @@ HEAD_DIMS = (16, 32, 64, 128)
 def unsupported(q, v) -> str | None:
     """Why the kernels cannot take ``q`` and ``v``, or ``None`` when they can. They take head
     dims of 16 to 128 (powers of two) with ``v``'s equal to ``q``'s, in fp16, bf16 or fp32."""
-    import torch
-
     if q.shape[-1] not in HEAD_DIMS:
         return f"head dim {q.shape[-1]} is not one of {HEAD_DIMS}"
     if v.shape[-1] != q.shape[-1]:
@@ -92,15 +93,11 @@ def unsupported(q, v) -> str | None:
 def empty(shape: tuple[int, ...], like, dtype=None):
     """An uninitialised kernel output on ``like``'s device. The tests swap this for a
     NaN-filled tensor, to catch tiles that a kernel never writes."""
-    import torch
-
     return torch.empty(shape, device=like.device, dtype=like.dtype if dtype is None else dtype)
 
 
 def precision(dtype) -> str:
     """``tl.dot``'s ``input_precision`` for inputs of ``dtype``."""
-    import torch
-
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
@@ -108,8 +105,6 @@ def launch_options(head_dim: int) -> dict:
     """``num_warps`` / ``num_stages`` for a kernel launch (none in the interpreter). These are
     fixed, not autotuned: the interpreter cannot autotune, and the values are untuned starting
     points for a GPU."""
-    import os
-
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return {}
     return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 3 if head_dim <= 64 else 2}

@@ -8,9 +8,9 @@ diagonal. Otherwise every key tile is visited and the positions decide.
 
 The kernel's output is the per-cluster ``(B, H, k, w, D)``. The mean over the clusters a
 position appears in (:func:`zoo.kernels.routing.scatter_mean`) and the backward pass's
-scatter-add of per-cluster gradients are left to PyTorch's ``index_add``, which is
-deterministic and needs no atomics. Source: Roy et al. 2020, Algorithm 1 lines 19-27. The tile
-steps are FlashAttention-2's (:mod:`zoo.kernels.triton_flash`).
+scatter-add of per-cluster gradients (:func:`~zoo.kernels.routing.scatter_sum`) are left to
+PyTorch's ``index_add``, which is deterministic and needs no atomics. Source: Roy et al. 2020,
+Algorithm 1 lines 19-27. The tile steps are FlashAttention-2's (:mod:`zoo.kernels.triton_flash`).
 
 Import this module only where Triton is present. Callers use
 :func:`zoo.kernels.routing_attention`, which dispatches here for CUDA tensors.
@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from zoo.kernels import triton_flash as flash
-from zoo.kernels.routing import scatter_mean
+from zoo.kernels.routing import scatter_mean, scatter_sum
 from zoo.kernels.triton_flash import (
     LOG2E,
     dkdv_step,
@@ -150,14 +150,6 @@ def _backward_dkdv(
     tl.store(DV + rows, dv, mask=inside_n)
 
 
-def _scatter_add(grads: Tensor, idx: Tensor, T: int, dtype: torch.dtype) -> Tensor:
-    """Per-cluster gradients ``(B, H, k, w, D)`` summed into ``(B, H, T, D)`` at ``idx``."""
-    B, H, _, _, D = grads.shape
-    flat = (idx + torch.arange(B * H, device=idx.device).view(B, H, 1, 1) * T).reshape(-1)
-    out = grads.new_zeros(B * H * T, D).index_add_(0, flat, grads.reshape(-1, D))
-    return out.view(B, H, T, D).to(dtype)
-
-
 class _ClusterAttention(torch.autograd.Function):
     """``(q, k, v, q_idx, k_idx)`` -> the per-cluster outputs ``(B, H, k, w, D)``."""
 
@@ -195,9 +187,9 @@ class _ClusterAttention(torch.autograd.Function):
             q, k, v, q_idx, k_idx, dy, lse, delta, dk_c, dv_c, *args, **ctx.options
         )
         return (
-            _scatter_add(dq_c, q_idx, T, q.dtype),
-            _scatter_add(dk_c, k_idx, T, k.dtype),
-            _scatter_add(dv_c, k_idx, T, v.dtype),
+            scatter_sum(dq_c, q_idx, T).to(q.dtype),
+            scatter_sum(dk_c, k_idx, T).to(k.dtype),
+            scatter_sum(dv_c, k_idx, T).to(v.dtype),
             None, None, None, None, None,
         )  # fmt: skip
 
