@@ -6,14 +6,23 @@ over all scored bytes / ln 2 / bytes, :class:`~zoo.metrics.BitsPerByte`), so it 
 ``zoo test`` reports. ``windows=N`` measures the first ``N`` windows of the split, in order: the
 fixed slice the test suite re-measures for each published checkpoint. Published metrics are
 measured in full fp32 (``precision="32-true"``) so that they reproduce to ~1e-4 bits on any CPU.
+
+:func:`bits_by_position` (``zoo evaluate SOURCE --by-position``) splits the same measurement by the
+position of the predicted byte in its window: the target at position ``t`` is predicted from the
+``t + 1`` bytes ``x[0..t]`` of its window, so the curve shows whether a model uses its context. With
+``context`` past the trained ``max_seq_len`` (models whose positions extend: rotary, sinusoidal)
+the positions beyond it are extrapolation, and every output says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lightning import Trainer
@@ -23,7 +32,19 @@ from zoo.data.text import EvalWindows
 from zoo.errors import CheckpointError, ConfigError
 from zoo.hub.registry import Metric
 
-__all__ = ["evaluate", "find_checkpoint", "load_metrics", "load_task", "save_metric"]
+__all__ = [
+    "PositionProfile",
+    "bits_by_position",
+    "evaluate",
+    "find_checkpoint",
+    "load_metrics",
+    "load_position_profile",
+    "load_task",
+    "plot_position_profiles",
+    "position_table",
+    "save_metric",
+    "save_position_profile",
+]
 
 
 def find_checkpoint(source: str | os.PathLike) -> Path | None:
@@ -152,4 +173,302 @@ def load_metrics(path: str | os.PathLike) -> list[Metric]:
     except FileNotFoundError:
         raise CheckpointError(
             f"{path} does not exist: measure the run first (zoo evaluate RUN --out {path})."
+        ) from None
+
+
+# --- bits per byte by position in the window (zoo evaluate --by-position) -------------------------
+BY_POSITION_FILES = ("by_position.md", "by_position.json", "by_position.png")
+
+
+@dataclass(frozen=True)
+class PositionProfile:
+    """Bits per byte by position of the predicted byte in its evaluation window.
+
+    Bucket ``i`` holds the positions ``edges[i] <= t < edges[i + 1]``; ``bits[i]`` is its bits per
+    byte (``None`` if no byte was scored there) over ``counts[i]`` scored bytes. Positions
+    ``t >= max_seq_len`` (the trained length) are extrapolation; ``extrapolated`` says whether the
+    profile has any (``context > max_seq_len``).
+    """
+
+    source: str
+    dataset: str
+    split: str
+    max_seq_len: int  # the length the model was trained on
+    context: int  # the evaluation window
+    extrapolated: bool
+    edges: tuple[int, ...]
+    bits: tuple[float | None, ...]
+    counts: tuple[int, ...]
+    bits_per_byte: float  # over every scored byte
+    targets: int  # bytes scored
+    windows: int  # windows measured
+
+    def __post_init__(self) -> None:
+        for name in ("edges", "bits", "counts"):  # from JSON: lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def bucket_extrapolated(self, i: int) -> bool:
+        """Whether bucket ``i`` holds positions past the trained length."""
+        return self.edges[i + 1] > self.max_seq_len
+
+    @property
+    def centres(self) -> tuple[float, ...]:
+        """The middle of each bucket (``(lo + hi) / 2``, positive: fit for a log axis)."""
+        return tuple((lo + hi) / 2 for lo, hi in zip(self.edges[:-1], self.edges[1:], strict=True))
+
+    def rows(self) -> list[tuple[str, int, float | None, bool]]:
+        """``(positions, bytes scored, bits/byte, extrapolated)`` per bucket, for tables."""
+        return [
+            (f"{lo}–{hi - 1}", n, b, self.bucket_extrapolated(i))
+            for i, (lo, hi, n, b) in enumerate(
+                zip(self.edges[:-1], self.edges[1:], self.counts, self.bits, strict=True)
+            )
+        ]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _extended(model, context: int, name: str):
+    """A copy of ``model`` that accepts windows of ``context`` bytes, with the same weights
+    (:meth:`~zoo.models.transformer.TransformerLM.extended`).
+
+    Raises:
+        ConfigError: the model's positions end at its ``max_seq_len``.
+    """
+    c = model.config
+    if not getattr(model, "extends_context", False):
+        position = getattr(c, "position", None)
+        kind = f"{position} positions" if position else "positions"
+        raise ConfigError(
+            f"{name} has {kind} for {c.max_seq_len} bytes only (max_seq_len={c.max_seq_len}); "
+            f"use --context {c.max_seq_len} or less, or a model with rotary positions"
+        )
+    return model.extended(context)
+
+
+def bits_by_position(
+    source,
+    *,
+    dataset: str = "pg19mini",
+    split: str = "test",
+    context: int | None = None,
+    bucket: int = 64,
+    windows: int | None = None,
+    first_bytes: int | None = None,
+    batch_size: int | None = None,
+    data_dir: str | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> PositionProfile:
+    """Bits per byte of ``source`` (see :func:`load_task`) on ``split`` of ``dataset``, by the
+    position of the predicted byte in its window.
+
+    The windows are :func:`evaluate`'s (non-overlapping, per document, the last one of each
+    document shorter), of ``context`` bytes; every scored byte counts at its position, so the
+    buckets past the length of a short last window have fewer bytes. The model runs in fp32, in
+    eval mode; the NLL is summed per position in float64 and summed again per bucket.
+
+    Args:
+        context: the window (default: the model's ``max_seq_len``). Larger windows need positions
+            that extend (rotary, sinusoidal, none): the model is rebuilt with
+            ``max_seq_len=context`` and the same weights (a routing model keeps its routing
+            window); the positions past the trained length are marked as extrapolation.
+        bucket: positions per bucket: ``[0, bucket), [bucket, 2 bucket), ...`` up to ``context``.
+        windows, first_bytes: only the first windows of the split, as in :func:`evaluate`
+            (``first_bytes``: ``ceil(first_bytes / context)`` windows).
+        batch_size: windows per batch (default: 16, or 1 for contexts of 2048 bytes and more).
+        device: where the model runs.
+        progress: show a progress bar over the batches.
+
+    Raises:
+        ConfigError: an unknown split, a non-positive ``context`` or ``bucket``, ``bucket >
+            context``, or ``context > max_seq_len`` for a model whose positions end there (learned,
+            factorized); CheckpointError / HubError: the model cannot be loaded;
+            DataNotFoundError: the data set is not found.
+    """
+    import torch
+    import torch.nn.functional as F
+    from rich.progress import track
+    from torch.utils.data import DataLoader, Subset
+
+    from zoo.data import ByteTextDataModule
+
+    if split not in ("valid", "test"):
+        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if windows is not None and first_bytes is not None:
+        raise ConfigError("give windows or first_bytes, not both")
+    if context is not None and context <= 0:
+        raise ConfigError(f"context must be positive, got {context}")
+    if bucket <= 0:
+        raise ConfigError(f"bucket must be positive, got {bucket}")
+    if context is not None and bucket > context:
+        raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
+    model = load_task(source).model
+    trained = model.config.max_seq_len
+    context = context or trained
+    if bucket > context:
+        raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
+    if context > trained:
+        model = _extended(model, context, str(source))
+    model = model.float().to(device).eval()
+    if first_bytes is not None:
+        windows = math.ceil(first_bytes / context)
+    datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=context)
+    datamodule.setup("test" if split == "test" else "validate")
+    ds = EvalWindows(datamodule.splits[split], context)
+    n = len(ds) if windows is None else min(windows, len(ds))
+    bs = batch_size or (1 if context >= 2048 else 16)
+    loader = DataLoader(Subset(ds, range(n)), batch_size=bs, shuffle=False)
+    sums = torch.zeros(context, dtype=torch.float64)
+    counts = torch.zeros(context, dtype=torch.int64)
+    with torch.no_grad():
+        for x, y in track(
+            loader,
+            description=f"bits by position ({n} windows of {context} bytes)",
+            disable=not progress,
+        ):
+            x, y = x.to(device), y.to(device)
+            logits = model(x)  # (B, T, V)
+            nll = F.cross_entropy(
+                logits.float().flatten(0, 1), y.flatten(), reduction="none", ignore_index=-100
+            ).view_as(y)  # nats; 0 at ignored targets
+            sums += nll.double().sum(0).cpu()
+            counts += (y != -100).sum(0).cpu()
+    total = int(counts.sum())
+    if total == 0:
+        raise ConfigError(f"no bytes were scored ({n} windows of {split} of {dataset})")
+    edges = (*range(0, context, bucket), context)
+    bucket_sums = [float(sums[lo:hi].sum()) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    bucket_counts = [int(counts[lo:hi].sum()) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    return PositionProfile(
+        source=str(source),
+        dataset=dataset,
+        split=split,
+        max_seq_len=trained,
+        context=context,
+        extrapolated=context > trained,
+        edges=edges,
+        bits=tuple(
+            round(s / c / math.log(2), 5) if c else None
+            for s, c in zip(bucket_sums, bucket_counts, strict=True)
+        ),
+        counts=tuple(bucket_counts),
+        bits_per_byte=round(float(sums.sum()) / total / math.log(2), 5),
+        targets=total,
+        windows=n,
+    )
+
+
+def _describe(profile: PositionProfile) -> str:
+    p = profile
+    text = (
+        f"Bits per byte by position in the window: `{p.source}` on {p.dataset} {p.split}, "
+        f"{p.windows:,} windows of {p.context:,} bytes ({p.targets:,} bytes scored), "
+        f"{p.bits_per_byte:.4f} bits/byte overall. The byte at position t is predicted from the "
+        "t + 1 bytes before it in its window."
+    )
+    if p.extrapolated:
+        text += (
+            f" The model was trained on windows of {p.max_seq_len:,} bytes: positions "
+            f"{p.max_seq_len:,} and beyond are extrapolation."
+        )
+    return text
+
+
+def position_table(profile: PositionProfile) -> str:
+    """``profile`` as markdown: a sentence saying what was measured, then a table of the buckets
+    (rows past the trained length marked "(extrapolated)")."""
+    lines = [
+        _describe(profile),
+        "",
+        "| positions | bytes scored | bits/byte |",
+        "|---|---|---|",
+    ]
+    for positions, n, bits, extrapolated in profile.rows():
+        mark = " (extrapolated)" if extrapolated else ""
+        value = "–" if bits is None else f"{bits:.4f}"
+        lines.append(f"| {positions}{mark} | {n:,} | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_position_profiles(
+    profiles: Sequence[tuple[str, PositionProfile]],
+    path: str | os.PathLike,
+    *,
+    title: str | None = None,
+) -> Path:
+    """A PNG line plot of bits per byte against position in the window (bucket centres, log x
+    axis), one line per ``(label, profile)``; positions past a profile's trained length are shaded
+    as extrapolation, with a dashed line at that length. Returns the path written.
+
+    Raises:
+        ConfigError: no profiles.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    if not profiles:
+        raise ConfigError("plot_position_profiles needs at least one (label, profile)")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    marked = set()
+    for label, p in profiles:
+        pts = [(x, b) for x, b in zip(p.centres, p.bits, strict=True) if b is not None]
+        (line,) = ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
+        if p.extrapolated and p.max_seq_len not in marked:
+            marked.add(p.max_seq_len)
+            ax.axvline(p.max_seq_len, color=line.get_color(), linestyle="--", linewidth=1)
+            ax.axvspan(p.max_seq_len, p.context, color=line.get_color(), alpha=0.08)
+            ax.text(
+                p.max_seq_len, 0.98, f" trained length {p.max_seq_len:,}: extrapolation →",
+                color=line.get_color(), transform=ax.get_xaxis_transform(), fontsize=7,
+                va="top", ha="left",
+            )  # fmt: skip
+    if title is None:
+        first = profiles[0][1]
+        what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
+        title = f"bits per byte by position: {what} on {first.dataset} {first.split}"
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,g}"))
+    ax.set_xlabel("position of the predicted byte in the window (bucket centre)")
+    ax.set_ylabel("bits per byte")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def save_position_profile(
+    profile: PositionProfile, out_dir: str | os.PathLike, *, label: str | None = None
+) -> list[Path]:
+    """Write ``by_position.md`` (:func:`position_table`), ``by_position.json`` (the profile) and
+    ``by_position.png`` (:func:`plot_position_profiles`) into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js, png = (out / f for f in BY_POSITION_FILES)
+    md.write_text(position_table(profile))
+    js.write_text(json.dumps(profile.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    plot_position_profiles([(label or profile.source, profile)], png)
+    return [md, js, png]
+
+
+def load_position_profile(path: str | os.PathLike) -> PositionProfile:
+    """The profile :func:`save_position_profile` wrote to ``path`` (``by_position.json``, or the
+    folder holding it)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "by_position.json"
+    try:
+        return PositionProfile(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path} does not exist: measure it first (zoo evaluate SOURCE --by-position)."
         ) from None

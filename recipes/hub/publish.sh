@@ -8,8 +8,11 @@
 # 2. `zoo evaluate` measures bits per byte in fp32 on the whole test split, the whole validation
 #    split, and the windows covering the first $SLICE_BYTES bytes of the test split (the slice
 #    tests/test_published.py re-measures), into RUN/results.json;
+#    `zoo evaluate --by-position` measures bits per byte by position in the window (test split)
+#    into RUN/by_position/ (table, JSON, PNG);
 # 3. `zoo export --register` writes checkpoints/NAME/ (config.json, model.safetensors, README.md
-#    model card, recipe.yaml, training.json) and its checkpoints.yaml entry;
+#    model card with the bits-by-position curve, recipe.yaml, training.json, by_position.*) and its
+#    checkpoints.yaml entry;
 # 4. `zoo push --update-registry` uploads that folder and pins the commit in checkpoints.yaml. It
 #    needs a token with write access to REPO_ID (HF_TOKEN); without one the script stops after
 #    step 3 and says so (the shipped copy is then the only source of the weights).
@@ -28,7 +31,9 @@ rm -f "$RUN/results.json"
 $ZOO evaluate "$RUN" --split test --out "$RUN/results.json"
 $ZOO evaluate "$RUN" --split valid --out "$RUN/results.json"
 $ZOO evaluate "$RUN" --split test --first-bytes "$SLICE_BYTES" --out "$RUN/results.json"
-$ZOO export "$RUN" --name "$NAME" --recipe "$RECIPE" --repo-id "$REPO_ID" --register
+$ZOO evaluate "$RUN" --split test --by-position --out-dir "$RUN/by_position"
+$ZOO export "$RUN" --name "$NAME" --recipe "$RECIPE" --repo-id "$REPO_ID" --register \
+  --by-position "$RUN/by_position"
 if [ -n "${HF_TOKEN:-}" ]; then
   $ZOO push "checkpoints/$NAME" --repo-id "$REPO_ID" --update-registry
 else

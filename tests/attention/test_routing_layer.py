@@ -192,3 +192,82 @@ def test_a_training_step_routes_with_the_centroids_it_started_with():
     attn.kmeans.centroids.copy_(before)
     torch.testing.assert_close(train_out, attn.eval()(x))
     assert not torch.equal(after, before)
+
+
+def planted(n_planted, D, n, seed=0, noise=0.15):
+    g = torch.Generator().manual_seed(seed)
+    directions = torch.linalg.qr(torch.randn(D, D, generator=g))[0][:n_planted]
+    labels = torch.randint(0, n_planted, (n,), generator=g)
+    x = F.layer_norm(directions[labels] + noise * torch.randn(n, D, generator=g), (D,))
+    return x.view(1, 1, n, D), labels
+
+
+def test_kmeans_init_fits_the_first_batch_then_never_again():
+    """A fresh module fits its centroids to the first training batch: every planted cluster gets
+    a centroid right away (random unit vectors in 16-d leave most of them with no members)."""
+    both, both_labels = planted(8, 16, 4096)
+    x, labels, later = both[:, :, :2048], both_labels[:2048], both[:, :, 2048:]
+    km = SphericalKMeans(1, 8, 16, decay=0.999, init="kmeans")
+    km.update(x)
+    assigned = km.assign(x).flatten()
+    assert km.occupancy.min() > 0.5  # 8 planted clusters of ~1/8 each, one centroid each
+    for c in assigned.unique():
+        assert labels[assigned == c].unique().numel() == 1  # pure
+    fitted = km.centroids.clone()
+    km.update(later)  # later updates are EMA steps, not refits
+    assert torch.allclose(km.centroids, fitted, atol=0.05)
+    random = SphericalKMeans(1, 8, 16, decay=0.999, init="random")
+    torch.manual_seed(0)
+    random.update(x)
+    assert random.occupancy.min() < 0.5
+
+
+def test_loaded_centroids_are_not_refitted():
+    trained = SphericalKMeans(1, 4, 8)
+    fresh = SphericalKMeans(1, 4, 8, init="kmeans")
+    assert fresh.needs_init
+    fresh.load_state_dict(trained.state_dict())
+    assert not fresh.needs_init
+    fresh.update(torch.randn(1, 1, 64, 8))
+    assert fresh.revived == 0
+
+
+def test_dead_centroids_are_revived_by_splitting_the_largest_cluster():
+    """Two centroids own the data and two are orthogonal to it: with revive_below each takes half
+    of the largest cluster, and after a few updates every cluster holds > 1/4 of its share."""
+    D = 8
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(1, 1, 1024, D)
+    x[..., :4] = torch.rand(1, 1, 1024, 4, generator=g)  # first 4 dims, positive
+    x = F.normalize(x, dim=-1)
+    live = torch.eye(D)[:2]
+    dead = torch.eye(D)[6:]  # orthogonal to every token: nobody's nearest centroid
+    km = kmeans_with(torch.cat([live, dead]), decay=0.9, normalize=True)
+    km.revive_below = 0.25
+    km.update(x)
+    assert km.revived == 2
+    for _ in range(3):
+        km.update(x)
+    assert km.occupancy.min() > 0.25
+    stuck = kmeans_with(torch.cat([live, dead]), decay=0.9, normalize=True)
+    for _ in range(3):
+        stuck.update(x)
+    assert stuck.occupancy[0, 2:].max() == 0  # without revival they stay dead
+
+
+def test_revive_and_init_are_checked():
+    with pytest.raises(ValueError, match="revive_below must be in"):
+        SphericalKMeans(1, 4, 8, revive_below=1.5)
+
+
+def test_init_and_revival_skip_padding_with_separate_keys():
+    """Padding never seeds or revives a centroid: far-away padded vectors leave the fit alone."""
+    torch.manual_seed(0)
+    real = F.layer_norm(torch.randn(1, 1, 64, 8), (8,))
+    junk = 100 * torch.ones(1, 1, 64, 8)  # would become a centroid if it counted
+    x = torch.cat([real, junk], 2)
+    padding = torch.cat([torch.zeros(1, 64), torch.ones(1, 64)], 1).bool()
+    km = SphericalKMeans(1, 4, 8, init="kmeans", revive_below=0.5)
+    km.update(x, x.clone(), padding_mask=padding)
+    junk_dir = F.normalize(junk[0, 0, 0], dim=-1)
+    assert (km.centroids[0] @ junk_dir).max() < 0.99

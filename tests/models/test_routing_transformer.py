@@ -117,3 +117,20 @@ def test_occupancy_is_logged_in_training(tmp_path):
     trainer.fit(task, train_dataloaders=data)
     logged = trainer.callback_metrics
     assert 0 <= logged["train/routing/occupancy_min"] <= 1 <= logged["train/routing/occupancy_max"]
+    assert 0 < logged["train/routing/far_share"] < 1  # windows of 64 > tiny's local window
+    assert 0 <= logged["train/routing/empty_share"] < 1
+
+
+def test_far_share_counts_attention_beyond_the_local_window():
+    import zoo
+
+    torch.manual_seed(0)
+    idx = torch.randint(0, 256, (2, 64))
+    shares = {}
+    for window in (4, 64):
+        model = zoo.create_model("routing_transformer_tiny", window=window).train()
+        model(idx)
+        layer = next(m for m in model.modules() if getattr(m, "far_share", None))
+        shares[window] = float(layer.far_share())
+    assert shares[64] == 0.0  # every routed key is inside a 64-token window
+    assert 0.05 < shares[4] < 1.0  # routed pairs of 64 tokens are mostly more than 4 apart

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
+from zoo.attention.rotary import RotaryEmbedding
 
 __all__ = ["CausalSelfAttention", "MultiHeadAttention"]
 
@@ -30,11 +31,20 @@ class CausalSelfAttention(nn.Module):
         dropout: dropout on the attention probabilities (training only). Residual dropout belongs
             to the block.
         bias: whether the projections have biases.
+        rotary: turn queries and keys by their positions (:class:`~zoo.attention.RotaryEmbedding`,
+            Su et al. 2021) before attending; the model then adds no position embeddings.
 
     Input ``x``: ``(B, T, C)`` float. Output: ``(B, T, C)``, same dtype.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rotary: bool = False,
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -43,12 +53,16 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.rotary = RotaryEmbedding(self.d_head) if rotary else None
 
-    def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(B, T, C)`` -> q, k, v each ``(B, H, T, D)``."""
+    def split_heads(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """``(B, T, C)`` at positions ``start..`` -> q, k, v each ``(B, H, T, D)`` (q and k
+        rotated when the layer has rotary positions)."""
         B, T, _ = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
+        if self.rotary is not None:
+            q, k = self.rotary.rotate(q, k, start)
         return q, k, v
 
     def merge_heads(self, y: Tensor) -> Tensor:
@@ -58,10 +72,9 @@ class CausalSelfAttention(nn.Module):
         return self.out_proj(y)
 
     def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
-        q, k, v = self.split_heads(x)  # (B, H, T, D)
-        past = 0
+        past = cache.seq_len if cache is not None else 0
+        q, k, v = self.split_heads(x, past)  # (B, H, T, D)
         if cache is not None:
-            past = cache.seq_len
             k, v = cache.update(k, v)  # (B, H, S, D), S = past + T
         T, S = q.shape[2], k.shape[2]
         dropout_p = self.dropout if self.training else 0.0

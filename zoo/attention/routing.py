@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.local import RelativePositions, local_attention
+from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
 
@@ -56,7 +57,7 @@ def unit_layer_norm(x: Tensor) -> Tensor:
 class SphericalKMeans(nn.Module):
     """Online spherical k-means centroids, one set per head: ``centroids`` ``(H, k, D)`` fp32.
 
-    Initialised to random unit vectors, so an untrained model already routes (and generates).
+    Constructed as random unit vectors, so an untrained model already routes (and generates).
 
     Args:
         n_heads: heads ``H`` with their own centroids.
@@ -68,6 +69,18 @@ class SphericalKMeans(nn.Module):
             centroids with large norms, i.e. clusters that were large before: on planted clusters
             (tests/attention/test_routing_layer.py) the literal update let 2-3 of 8 centroids
             take every point in 6 of 8 seeds; renormalised, 8 of 8 seeds recovered the clusters.
+        init: ``"kmeans"``: the first training update of a freshly built module first fits the
+            centroids to that batch (k-means++ seeding, then ``init_iters`` Lloyd steps of
+            spherical k-means on the normalised vectors); ``"random"``: keep the random unit
+            vectors. Loading a state dict counts as initialised (fine-tuning keeps its centroids).
+        revive_below: after each update, a centroid whose occupancy (its share of the tokens
+            times ``k``; 1 = balanced) is below this takes half of the largest cluster: the two
+            centroids move apart along the line to that cluster's farthest member (the usual
+            k-means rule for an empty cluster). Random unit vectors in ``D`` dimensions are
+            nobody's nearest centroid once the queries concentrate, and the EMA never moves a
+            centroid without members. 0: never.
+
+    Both additions change training only; the routing itself is Algorithm 1's.
     """
 
     def __init__(
@@ -77,15 +90,28 @@ class SphericalKMeans(nn.Module):
         d_head: int,
         decay: float = 0.999,
         normalize: bool = True,
+        init: Literal["kmeans", "random"] = "random",
+        revive_below: float = 0.0,
+        init_iters: int = 10,
     ) -> None:
         super().__init__()
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"decay must be in [0, 1), got {decay}")
+        if not 0.0 <= revive_below < 1.0:
+            raise ValueError(f"revive_below must be in [0, 1), got {revive_below}")
         self.decay, self.normalize = decay, normalize
+        self.init, self.revive_below, self.init_iters = init, revive_below, init_iters
         self.register_buffer(
             "centroids", F.normalize(torch.randn(n_heads, n_clusters, d_head), dim=-1)
         )
         self.occupancy: Tensor | None = None  # (H, k) share of the last update's tokens x k
+        self.needs_init = init == "kmeans"
+        self.revived = 0  # centroids moved by revive_below over this module's life
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "centroids" in state_dict:
+            self.needs_init = False  # trained centroids: never refit them
 
     def extra_repr(self) -> str:
         H, k, D = self.centroids.shape
@@ -110,6 +136,12 @@ class SphericalKMeans(nn.Module):
 
         ``padding_mask`` ``(B, T)`` bool, True at padding: those tokens do not move centroids.
         """
+        both, both_mask = q, padding_mask  # the vectors init and revival look at
+        if k is not None:
+            both = torch.cat([q, k], 2)
+            both_mask = None if padding_mask is None else torch.cat([padding_mask] * 2, 1)
+        if self.needs_init:
+            self.fit(both, both_mask)
         sums, counts = self._sums(q, padding_mask)
         if k is None:
             sums, counts = 2 * sums, 2 * counts
@@ -124,6 +156,78 @@ class SphericalKMeans(nn.Module):
             mu = F.normalize(mu, dim=-1)
         self.centroids.copy_(mu)
         self.occupancy = counts / counts.sum(-1, keepdim=True).clamp(min=1) * counts.shape[-1]
+        if self.revive_below > 0:
+            self._revive(both, both_mask)
+
+    def _vectors(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """The unit vectors of each head, padding dropped: ``(H, N, D)`` fp32."""
+        B, H, T, D = x.shape
+        x = F.normalize(x.float(), dim=-1).transpose(0, 1)  # (H, B, T, D)
+        if padding_mask is not None:
+            x = x[:, ~padding_mask]  # (H, N, D)
+        return x.reshape(H, -1, D)
+
+    @torch.no_grad()
+    def fit(self, x: Tensor, padding_mask: Tensor | None = None) -> None:
+        """Fit the centroids to ``x`` ``(B, H, T, D)``: k-means++ seeds, then ``init_iters`` Lloyd
+        steps of spherical k-means, per head. Under ``torch.distributed`` rank 0's fit is
+        broadcast, so every process starts from the same centroids."""
+        v = self._vectors(x, padding_mask)  # (H, N, D)
+        H, N, D = v.shape
+        k = self.centroids.shape[1]
+        if N < k:
+            return
+        g = torch.Generator(device="cpu").manual_seed(0)
+        heads = torch.arange(H, device=v.device)
+        mu = v.new_empty(H, k, D)
+        mu[:, 0] = v[heads, torch.randint(N, (H,), generator=g).to(v.device)]
+        # k-means++ on the sphere: seed i drawn with probability ~ (1 - best cosine)^2
+        best = torch.full((H, N), -1.0, device=v.device)
+        for i in range(1, k):
+            best = torch.maximum(best, torch.einsum("hnd,hd->hn", v, mu[:, i - 1]))
+            weight = (1 - best).clamp(min=0).square().cpu() + 1e-12
+            mu[:, i] = v[heads, torch.multinomial(weight, 1, generator=g)[:, 0].to(v.device)]
+        for _ in range(self.init_iters):
+            assign = torch.einsum("hkd,hnd->hkn", mu, v).argmax(1)  # (H, N)
+            sums = v.new_zeros(H, k, D).scatter_add_(1, assign[..., None].expand(H, N, D), v)
+            empty = sums.norm(dim=-1, keepdim=True) == 0
+            mu = torch.where(empty, mu, F.normalize(sums, dim=-1))
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast(mu, 0)
+        self.centroids.copy_(mu)
+        self.needs_init = False
+
+    @torch.no_grad()
+    def _revive(self, x: Tensor, padding_mask: Tensor | None) -> None:
+        """Split the largest cluster for each centroid with occupancy below ``revive_below``
+        (the usual k-means rule for an empty cluster): the small centroid and the largest one
+        move apart along the line from the largest one to its farthest member of ``x``
+        ``(B, H, T, D)``, so the two share that cluster's tokens."""
+        assert self.occupancy is not None
+        small = self.occupancy < self.revive_below  # (H, k)
+        if not small.any():
+            return
+        v = self._vectors(x, padding_mask)  # (H, N, D)
+        mu, occupancy = self.centroids.clone(), self.occupancy.clone()
+        scores = torch.einsum("hkd,hnd->hkn", mu, v)  # (H, k, N)
+        assign = scores.argmax(1)  # (H, N)
+        for h, c in small.nonzero().tolist():
+            big = int(occupancy[h].argmax())
+            members = assign[h] == big
+            if big == c or not members.any():
+                continue
+            far = torch.where(members, scores[h, big], torch.inf).argmin()  # its farthest member
+            step = 0.5 * (v[h, far] - mu[h, big])
+            mu[h, c], mu[h, big] = (
+                F.normalize(mu[h, big] + step, dim=-1),
+                F.normalize(mu[h, big] - step, dim=-1),
+            )
+            occupancy[h, c] = occupancy[h, big] = occupancy[h, big] / 2
+            assign[h, members & (v[h] @ mu[h, c] > v[h] @ mu[h, big])] = c
+            self.revived += 1
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast(mu, 0)
+        self.centroids.copy_(mu)
 
     def _sums(self, x: Tensor, padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         B, H, T, D = x.shape
@@ -150,8 +254,12 @@ class RoutingSelfAttention(nn.Module):
         routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
         causal_window: in causal routing, the number of most recent cluster members attended to.
         shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
-        decay, normalize_centroids: of :class:`SphericalKMeans`.
+        decay, normalize_centroids, centroid_init, revive_below: of :class:`SphericalKMeans`
+            (``normalize``, ``init``, ``revive_below``).
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
+        rotary: rotary positions (Su et al. 2021) on the LOCAL heads' queries and keys. Routing
+            heads stay purely content-based: turning their queries before the k-means would make
+            the clusters depend on position.
         bias: biases in the projections.
 
     Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
@@ -169,7 +277,10 @@ class RoutingSelfAttention(nn.Module):
         shared_qk: bool = True,
         decay: float = 0.999,
         normalize_centroids: bool = True,
+        centroid_init: Literal["kmeans", "random"] = "random",
+        revive_below: float = 0.0,
         max_relative_position: int = 0,
+        rotary: bool = False,
         bias: bool = True,
     ) -> None:
         super().__init__()
@@ -187,13 +298,22 @@ class RoutingSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, width * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.kmeans = (
-            SphericalKMeans(self.n_routing, n_clusters, self.d_head, decay, normalize_centroids)
+            SphericalKMeans(
+                self.n_routing,
+                n_clusters,
+                self.d_head,
+                decay,
+                normalize_centroids,
+                init=centroid_init,
+                revive_below=revive_below,
+            )
             if self.n_routing
             else None
         )
         self.relative = (
             RelativePositions(max_relative_position, self.d_head) if max_relative_position else None
         )
+        self.rotary = RotaryEmbedding(self.d_head) if rotary and self.n_local else None
 
     def extra_repr(self) -> str:
         return (
@@ -206,6 +326,8 @@ class RoutingSelfAttention(nn.Module):
     ) -> Tensor:
         B, T, _ = x.shape
         ql, kl, vl, qr, kr, vr = self.project(x)
+        if self.rotary is not None:
+            ql, kl = self.rotary.rotate(ql, kl, cache.seq_len if cache is not None else 0)
         if cache is not None:
             y = self._cached(
                 torch.cat([ql, qr], 1), torch.cat([kl, kr], 1), torch.cat([vl, vr], 1), cache
@@ -242,9 +364,29 @@ class RoutingSelfAttention(nn.Module):
         if self.routing == "causal":
             return self._route_causal(q, v)
         q_idx, k_idx = self.select(q, k)
+        if self.training:  # for far_share(), computed only when a logger asks
+            self._last_routing = (q.detach(), k.detach(), q_idx, k_idx)
         if self.relative is None:
             return routing_attention(q, k, v, q_idx, k_idx)
         return self._route_relative(q, k, v, q_idx, k_idx)
+
+    @torch.no_grad()
+    def far_share(self) -> Tensor | None:
+        """The share of the routing heads' attention (probability mass, mean over queries) that
+        the last training step's top-w / random routing put on keys at least ``window``
+        positions back, i.e. outside what the local heads see; ``None`` before a routed training
+        step (and under causal routing). 0 would mean routing only repeats local attention."""
+        last = getattr(self, "_last_routing", None)
+        if last is None:
+            return None
+        q, k, q_idx, k_idx = last
+        k_idx = q_idx if k_idx is None else k_idx
+        qc, kc = gather_clusters(q, q_idx).float(), gather_clusters(k, k_idx).float()
+        distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
+        s = (qc @ kc.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        p = torch.softmax(s.masked_fill(distance < 0, float("-inf")), -1)
+        far = (p * (distance >= self.window)).sum(-1)  # (B, h, k, w)
+        return far.nan_to_num(0.0).mean()
 
     def select(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
         """Cluster members under ``"topw"`` / ``"random"`` routing (Algorithm 1 lines 9-18).

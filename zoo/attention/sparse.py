@@ -150,6 +150,7 @@ class SparseSelfAttention(CausalSelfAttention):
         bias: biases in the projections.
         checkpoint: recompute this sub-layer in the backward pass instead of storing its
             activations (the paper's §5.4), when training.
+        rotary: rotary positions on queries and keys (see :class:`CausalSelfAttention`).
 
     Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
     """
@@ -161,8 +162,10 @@ class SparseSelfAttention(CausalSelfAttention):
         block_size: int,
         bias: bool = True,
         checkpoint: bool = False,
+        rotary: bool = False,
     ) -> None:
-        super().__init__(d_model, sum(g.n_heads for g in groups), dropout=0.0, bias=bias)
+        n_heads = sum(g.n_heads for g in groups)
+        super().__init__(d_model, n_heads, dropout=0.0, bias=bias, rotary=rotary)
         self.groups = list(groups)
         self.block_size = block_size
         self.checkpoint = checkpoint
@@ -200,10 +203,9 @@ class SparseSelfAttention(CausalSelfAttention):
         return self._forward(x, cache)
 
     def _forward(self, x: Tensor, cache: LayerKVCache | None) -> Tensor:
-        q, k, v = self.split_heads(x)  # (B, H, T, D)
-        past = 0
+        past = cache.seq_len if cache is not None else 0
+        q, k, v = self.split_heads(x, past)  # (B, H, T, D)
         if cache is not None:
-            past = cache.seq_len
             k, v = cache.update(k, v)  # (B, H, S, D)
         outputs, h0 = [], 0
         for i, group in enumerate(self.groups):

@@ -336,6 +336,18 @@ class ByteTextDataModule(LightningDataModule):
         num_workers: DataLoader worker processes.
         seed: seed of the random training windows.
         prompts: texts that ``zoo predict`` continues (one sample per prompt).
+        seq_len_warmup_steps: sequence-length warmup ("staged training": Press et al. 2021,
+            Shortformer §3; Li et al. 2022): for this many optimizer steps each training batch of
+            ``(batch_size, seq_len)`` is cut into more, shorter windows ``(batch_size * seq_len / l,
+            l)``, with ``l`` doubling from ``seq_len_warmup_start`` to ``seq_len`` in equal stages
+            (:meth:`window_length`). The bytes of every step are the same as without warmup. 0
+            turns it off. A resumed run must keep the schedule it was started with.
+        seq_len_warmup_start: the first stage's window length; ``seq_len`` must be this times a
+            power of two.
+
+    Raises:
+        ConfigError: a warmup whose start does not divide ``seq_len`` by a power of two, or a
+            resumed run whose warmup schedule differs from its checkpoint's.
     """
 
     def __init__(
@@ -353,8 +365,17 @@ class ByteTextDataModule(LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         prompts: list[str] | None = None,
+        seq_len_warmup_steps: int = 0,
+        seq_len_warmup_start: int = 256,
     ) -> None:
         super().__init__()
+        if seq_len_warmup_steps < 0 or seq_len_warmup_start <= 0:
+            raise ConfigError(
+                "seq_len_warmup_steps must be >= 0 and seq_len_warmup_start positive, got "
+                f"{seq_len_warmup_steps} and {seq_len_warmup_start}"
+            )
+        self.seq_len_warmup_steps = seq_len_warmup_steps
+        self.seq_len_warmup_start = seq_len_warmup_start
         self.save_hyperparameters()
         self.dataset, self.data_dir, self.path = dataset, data_dir, path
         self.seq_len = seq_len
@@ -376,6 +397,66 @@ class ByteTextDataModule(LightningDataModule):
                 )
             self.seq_len = model.config.max_seq_len
         return self.seq_len
+
+    def warmup_lengths(self) -> list[int]:
+        """The window length of each warmup stage, doubling up to ``seq_len`` (``[]``: no warmup)."""
+        if not self.seq_len_warmup_steps:
+            return []
+        L, length = self._resolve_seq_len(), self.seq_len_warmup_start
+        lengths = []
+        while length < L:
+            lengths.append(length)
+            length *= 2
+        if length != L:
+            raise ConfigError(
+                f"seq_len_warmup_start={self.seq_len_warmup_start} doubled never reaches "
+                f"seq_len={L}; pick a start that divides {L} by a power of two (e.g. {L // 16})"
+            )
+        return lengths
+
+    def window_length(self, step: int) -> int:
+        """Training window length at optimizer step ``step``: each warmup stage lasts
+        ``seq_len_warmup_steps / stages`` steps, then ``seq_len``."""
+        lengths = self.warmup_lengths()
+        if step >= self.seq_len_warmup_steps or not lengths:
+            return self._resolve_seq_len()
+        return lengths[step * len(lengths) // self.seq_len_warmup_steps]
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """During sequence-length warmup, cut each training window into windows of the current
+        length (:meth:`window_length`): ``(B, L)`` -> ``(B L / l, l)``."""
+        trainer = self.trainer
+        if not self.seq_len_warmup_steps or trainer is None or not trainer.training:
+            return batch
+        length = self.window_length(trainer.global_step)
+        x, y = batch
+        if length >= x.shape[1]:
+            return batch
+        return x.reshape(-1, length), y.reshape(-1, length)
+
+    def state_dict(self) -> dict:
+        """Saved in every checkpoint, so a resumed run can check its warmup schedule."""
+        return {
+            "seq_len": self.seq_len,
+            "seq_len_warmup_steps": self.seq_len_warmup_steps,
+            "seq_len_warmup_start": self.seq_len_warmup_start,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        mine = self.state_dict()
+        if self.seq_len is None:  # resolved from the model later; compare the schedule only
+            mine.pop("seq_len")
+        changed = {
+            k: (state_dict[k], v) for k, v in mine.items() if k in state_dict and state_dict[k] != v
+        }
+        if changed:
+            was = ", ".join(f"{k}={old}" for k, (old, _) in changed.items())
+            now = ", ".join(f"{k}={new}" for k, (_, new) in changed.items())
+            flags = " ".join(f"--data.init_args.{k} {old}" for k, (old, _) in changed.items())
+            raise ConfigError(
+                f"the checkpoint was trained with {was}, this run asks for {now}: resume with "
+                f"{flags}, or start a new run from its weights instead of resuming"
+            )
 
     def prepare_data(self) -> None:  # download once (rank 0) before setup runs on every process
         if self.download:

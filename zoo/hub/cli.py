@@ -3,8 +3,9 @@
 zoo list [PATTERN] [--markdown | --write-readme]
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
+zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--out-dir DIR]
 zoo evaluate NAME --registered             # re-measure every registered metric
-zoo export RUN --name NAME --recipe YAML --results results.json [--register]
+zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
 zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 """
 
@@ -152,9 +153,27 @@ def evaluate_main(args: list[str]) -> None:
         help="re-measure every metric checkpoints.yaml registers for SOURCE and compare",
     )
     parser.add_argument("--tolerance", type=float, default=0.002, help="bits/byte, --registered")
+    by = parser.add_argument_group("bits per byte by position in the window")
+    by.add_argument("--by-position", action="store_true",
+                    help="bits per byte by position of the predicted byte in its window: a table, "
+                    "and by_position.md / .json / .png in --out-dir")  # fmt: skip
+    by.add_argument("--context", type=int, help="window in bytes (default: the model's "
+                    "max_seq_len; longer for rotary or sinusoidal positions: extrapolation)")  # fmt: skip
+    by.add_argument("--bucket", type=int, default=64, help="positions per bucket (default 64)")
+    by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised>")
     ns = parser.parse_args(args)
+    if not ns.by_position and (ns.context is not None or ns.out_dir is not None):
+        parser.error("--context and --out-dir go with --by-position")
+    if ns.by_position and (ns.registered or ns.out or ns.precision != "32-true"):
+        parser.error(
+            "--by-position measures in fp32 and writes its own files (--out-dir): not with "
+            "--registered, --out or --precision"
+        )
     _quiet_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
+    if ns.by_position:
+        _by_position(ns)
+        return
     if not ns.registered:
         m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
                      first_bytes=ns.first_bytes, precision=ns.precision,
@@ -185,6 +204,46 @@ def evaluate_main(args: list[str]) -> None:
         )
 
 
+def _sanitised(source: str) -> str:
+    """A folder name: ``runs/transformer_lm/pg19mini`` -> ``runs_transformer_lm_pg19mini``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", source.strip("/\\.")).strip("_") or "model"
+
+
+def _by_position(ns: argparse.Namespace) -> None:
+    """``zoo evaluate SOURCE --by-position``: measure, print the table, write the files."""
+    import torch
+
+    from zoo.evaluation import bits_by_position, save_position_profile
+
+    profile = bits_by_position(ns.source, dataset=ns.dataset, split=ns.split, context=ns.context,
+                               bucket=ns.bucket, windows=ns.windows, first_bytes=ns.first_bytes,
+                               batch_size=ns.batch_size, data_dir=ns.data_dir,
+                               device="cuda" if torch.cuda.is_available() else "cpu")  # fmt: skip
+    p = profile
+    table = Table(
+        title=f"{ns.source}: bits per byte by position in the window ({p.dataset} {p.split}, "
+        f"{p.windows:,} windows of {p.context:,} bytes)"
+    )
+    for col in ("positions", "bytes scored", "bits/byte"):
+        table.add_column(col, justify="left" if col == "positions" else "right", no_wrap=True)
+    for positions, n, bits, extrapolated in p.rows():
+        table.add_row(
+            positions + (" [yellow](extrapolated)[/yellow]" if extrapolated else ""),
+            f"{n:,}",
+            "–" if bits is None else f"{bits:.4f}",
+        )
+    _console().print(table)
+    print(f"{ns.source}: {p.bits_per_byte:.4f} bits/byte overall ({p.targets:,} bytes scored)")
+    if p.extrapolated:
+        print(
+            f"trained on windows of {p.max_seq_len:,} bytes: positions {p.max_seq_len:,} and "
+            "beyond are extrapolation"
+        )
+    out = ns.out_dir or str(Path("by_position") / _sanitised(ns.source))
+    paths = save_position_profile(profile, out)
+    print(f"wrote {', '.join(str(path) for path in paths)}")
+
+
 def export_main(args: list[str]) -> None:
     from zoo.evaluation import load_metrics
     from zoo.hub import export_run, load_registry, register
@@ -205,6 +264,8 @@ def export_main(args: list[str]) -> None:
     parser.add_argument("--out", help="default: checkpoints/NAME beside checkpoints.yaml")
     parser.add_argument("--repo-id", help="default: attention-zoo/NAME")
     parser.add_argument("--register", action="store_true", help="add the entry to checkpoints.yaml")
+    parser.add_argument("--by-position", metavar="DIR", help="the folder of `zoo evaluate RUN "
+                        "--by-position` (by_position.md/.json/.png): published, in the card")  # fmt: skip
     ns = parser.parse_args(args)
     results = ns.results or str(Path(ns.run) / "results.json")
     metrics = load_metrics(results)
@@ -215,6 +276,7 @@ def export_main(args: list[str]) -> None:
         recipe=ns.recipe,
         metrics=metrics,
         repo_id=ns.repo_id,
+        by_position=ns.by_position,
     )
     print(f"exported {ns.run} to {out}")
     if ns.register:

@@ -7,7 +7,9 @@ The folder (``zoo export``) holds exactly what is pushed and shipped under ``che
   model-index format) and tables of the measured results, the training facts and the config,
 - ``recipe.yaml``, the recipe that trained it (``zoo fit --config recipe.yaml`` reproduces it),
 - ``training.json``: optimizer steps, tokens, wall time, hardware, precision, optimisation and data
-  settings, read from the Lightning checkpoint (the :class:`~zoo.callbacks.TrainingSummary` state).
+  settings, read from the Lightning checkpoint (the :class:`~zoo.callbacks.TrainingSummary` state),
+- optionally ``by_position.md`` / ``.json`` / ``.png``, bits per byte by position in the window
+  (``zoo evaluate RUN --by-position``, then ``zoo export --by-position DIR``), shown in the card.
 
 ``zoo push`` uploads such a folder (or exports a run first) with ``HfApi.create_repo`` and
 ``upload_folder``; with ``update_registry`` it pins the returned commit in ``checkpoints.yaml``.
@@ -39,6 +41,9 @@ PUBLISHED_FILES = (
     "README.md",
     "recipe.yaml",
     "training.json",
+    "by_position.md",  # optional: bits per byte by position in the window (zoo evaluate
+    "by_position.json",  # --by-position), shown in the model card
+    "by_position.png",
 )
 DEFAULT_NAMESPACE = "attention-zoo"
 
@@ -87,9 +92,20 @@ def _version(dist: str) -> str | None:
 
 
 def model_card(
-    name: str, config: dict[str, Any], metrics: list[Metric], facts: dict[str, Any], repo_id: str
+    name: str,
+    config: dict[str, Any],
+    metrics: list[Metric],
+    facts: dict[str, Any],
+    repo_id: str,
+    *,
+    by_position: str | None = None,
+    by_position_plot: str | None = None,
 ) -> ModelCard:
-    """The README.md of a published checkpoint, with model-index metadata."""
+    """The README.md of a published checkpoint, with model-index metadata.
+
+    ``by_position`` (the text of ``by_position.md``) and ``by_position_plot`` (the PNG's path
+    relative to the card, ``by_position.png``) add a section on bits per byte by position.
+    """
     from zoo.registry import get_preset
 
     model_type = config["model_type"]
@@ -128,6 +144,7 @@ def model_card(
         f"windows of {m.context} bytes ({m.targets:,} bytes) | {m.value:.4f} | {m.precision} |"
         for m in metrics
     )
+    curve = _by_position_section(name, by_position, by_position_plot)
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
@@ -158,7 +175,7 @@ Bits per byte (lower is better), measured with `zoo evaluate {name} [--windows N
 | data set | split | measured on | bits per byte | precision |
 |---|---|---|---|---|
 {results}
-
+{curve}
 ## Training
 
 | quantity | value |
@@ -189,6 +206,22 @@ the views of its time.
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
+def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
+    if table is None and plot is None:
+        return ""
+    parts = [
+        "\n## Bits per byte by position\n",
+        "Does the model use its context? Bits per byte at each position of the evaluation "
+        f"window, measured with `zoo evaluate {name} --by-position` (`by_position.json` has the "
+        "numbers):\n",
+    ]
+    if plot is not None:
+        parts.append(f"![bits per byte by position in the window]({plot})\n")
+    if table is not None:
+        parts.append(table.strip() + "\n")
+    return "\n".join(parts)
+
+
 def export_run(
     source: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -197,6 +230,7 @@ def export_run(
     recipe: str | os.PathLike,
     metrics: list[Metric],
     repo_id: str | None = None,
+    by_position: str | os.PathLike | None = None,
 ) -> Path:
     """Write the publishable folder of a trained run (see the module docstring) to ``out_dir``.
 
@@ -207,11 +241,15 @@ def export_run(
         recipe: the recipe YAML that trained it (copied as ``recipe.yaml``).
         metrics: the measured metrics (``zoo evaluate --out``) for the model card.
         repo_id: its Hub repo (default ``attention-zoo/<name>``), shown in the card.
+        by_position: a folder from ``zoo evaluate --by-position`` (``--out-dir``): its
+            ``by_position.md`` / ``.json`` / ``.png`` are copied into ``out_dir``. The card shows
+            the curve and table whenever ``out_dir`` has these files.
 
     Raises:
-        CheckpointError: ``source`` is not a run or checkpoint; ConfigError: no recipe file.
+        CheckpointError: ``source`` is not a run or checkpoint, or ``by_position`` holds none of
+        the files; ConfigError: no recipe file.
     """
-    from zoo.evaluation import find_checkpoint
+    from zoo.evaluation import BY_POSITION_FILES, find_checkpoint
     from zoo.tasks import CausalLM
 
     ckpt_path = find_checkpoint(source)
@@ -233,7 +271,26 @@ def export_run(
     config = json.loads((out / "config.json").read_text())
     facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
     (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
-    card = model_card(name, config, metrics, facts, repo_id or f"{DEFAULT_NAMESPACE}/{name}")
+    if by_position is not None:
+        found = [f for f in BY_POSITION_FILES if (Path(by_position) / f).is_file()]
+        if not found:
+            raise CheckpointError(
+                f"{by_position} has none of {list(BY_POSITION_FILES)}: write them with "
+                f"`zoo evaluate {source} --by-position --out-dir {by_position}`."
+            )
+        for f in found:
+            if (Path(by_position) / f).resolve() != (out / f).resolve():
+                shutil.copyfile(Path(by_position) / f, out / f)
+    md, png = out / "by_position.md", out / "by_position.png"
+    card = model_card(
+        name,
+        config,
+        metrics,
+        facts,
+        repo_id or f"{DEFAULT_NAMESPACE}/{name}",
+        by_position=md.read_text() if md.is_file() else None,
+        by_position_plot=png.name if png.is_file() else None,
+    )
     card.save(out / "README.md")
     return out
 

@@ -37,7 +37,8 @@ __all__ = ["RoutingTransformerConfig", "RoutingTransformerLM", "future_dependenc
 
 @dataclass(frozen=True)
 class RoutingTransformerConfig(TransformerConfig):
-    position: Literal["learned", "sinusoidal", "none"] = "learned"  # none: relative only
+    # none: relative only (max_relative_position); rotary: turns the local heads' queries and keys
+    position: Literal["learned", "sinusoidal", "rotary", "none"] = "learned"
     n_local_heads: int = 4  # local heads in routing layers (the rest route); other layers: all
     n_routing_layers: int | None = None  # routing heads in the top this-many layers; None = all
     window: int = 128  # local attention: positions attended, itself included
@@ -47,6 +48,8 @@ class RoutingTransformerConfig(TransformerConfig):
     shared_qk: bool = True  # keys = queries in routing heads (Algorithm 1, causal models)
     ema_decay: float = 0.999  # centroid EMA decay lambda
     normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
+    centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
+    revive_below: float = 0.25  # move centroids with occupancy < this onto poorly covered tokens
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
 
     def __post_init__(self) -> None:
@@ -109,23 +112,28 @@ class RoutingTransformerLM(TransformerLM):
             shared_qk=c.shared_qk,
             decay=c.ema_decay,
             normalize_centroids=c.normalize_centroids,
+            centroid_init=c.centroid_init,
+            revive_below=c.revive_below,
             max_relative_position=c.max_relative_position,
+            rotary=c.position == "rotary",
             bias=c.bias,
         )
 
-    def build_positions(self) -> None:
-        if self.config.position != "none":
-            super().build_positions()
-
-    def positions(self, start: int, T: int, device: torch.device) -> Tensor:
-        if self.config.position == "none":
-            return torch.zeros(T, self.config.d_model, device=device)
-        return super().positions(start, T, device)
+    def context_config(self, max_seq_len: int) -> RoutingTransformerConfig:
+        """Keeps the causal routing window: by default it is ``max_seq_len / n_clusters``."""
+        return self.config.replace(
+            max_seq_len=max_seq_len, causal_window=self.config.routing_window
+        )
 
     def training_logs(self) -> dict[str, Tensor]:
-        """Cluster occupancy of the last training step, for the logger: the share of tokens whose
-        nearest centroid is each centroid, times ``k`` (1 = balanced), min and max over routing
-        heads and layers. A min near 0 and a max near ``k`` mean the clusters collapsed."""
+        """Routing statistics of the last training step, for the logger.
+
+        ``routing/occupancy_min`` and ``_max``: the share of tokens whose nearest centroid is
+        each centroid, times ``k`` (1 = balanced), over routing heads and layers; a min near 0
+        and a max near ``k`` mean the clusters collapsed; ``routing/empty_share``: the share of
+        centroids that are no token's nearest. ``routing/far_share``: the mean share
+        of routed attention on keys outside the local window
+        (:meth:`~zoo.attention.RoutingSelfAttention.far_share`; top-w and random routing)."""
         occupancy = [
             m.kmeans.occupancy
             for m in self.modules()
@@ -135,7 +143,16 @@ class RoutingTransformerLM(TransformerLM):
         if not occupancy:
             return {}
         every = torch.cat([o.flatten() for o in occupancy])
-        return {"routing/occupancy_min": every.min(), "routing/occupancy_max": every.max()}
+        logs = {
+            "routing/occupancy_min": every.min(),
+            "routing/occupancy_max": every.max(),
+            "routing/empty_share": (every == 0).float().mean(),
+        }
+        far = [m.far_share() for m in self.modules() if isinstance(m, RoutingSelfAttention)]
+        far = [f for f in far if f is not None]
+        if far:
+            logs["routing/far_share"] = torch.stack(far).mean()
+        return logs
 
 
 @torch.no_grad()

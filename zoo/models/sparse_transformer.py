@@ -44,7 +44,7 @@ __all__ = ["SparseTransformerConfig", "SparseTransformerLM"]
 
 @dataclass(frozen=True)
 class SparseTransformerConfig(TransformerConfig):
-    position: Literal["factorized", "learned", "sinusoidal"] = "factorized"  # §5.3
+    position: Literal["factorized", "learned", "sinusoidal", "rotary"] = "factorized"  # §5.3
     tie_weights: bool = False  # output logits start at zero (§6), so they are not shared
     scale_embeddings: bool = False
     pattern: Literal["fixed", "strided", "local", "causal"] = "fixed"
@@ -127,7 +127,12 @@ class SparseTransformerLM(TransformerLM):
             else:  # Eq. 8: heads split between the two, concatenated
                 groups = [HeadGroup(H // 2, a1), HeadGroup(H - H // 2, a2)]
         return SparseSelfAttention(
-            c.d_model, groups, c.block_size, bias=c.bias, checkpoint=c.checkpoint_attention
+            c.d_model,
+            groups,
+            c.block_size,
+            bias=c.bias,
+            checkpoint=c.checkpoint_attention,
+            rotary=c.position == "rotary",
         )
 
     def build_positions(self) -> None:

@@ -11,7 +11,9 @@ Deviations from the paper, each a config field:
   projection, which trains deep models without the warmup the post-norm original needs;
   ``norm="post"`` is the paper's ``LayerNorm(x + Dropout(Sublayer(x)))``;
 - ``activation="gelu"`` (default) instead of the paper's ReLU; ``position="learned"`` is the paper's
-  Table 3 row (E) variant;
+  Table 3 row (E) variant; ``position="rotary"`` adds no position embeddings and turns every
+  layer's queries and keys instead (RoFormer, Su et al. 2021: relative by construction, and usable
+  past ``max_seq_len`` for evaluation, see :meth:`TransformerLM.extends_context`);
 - weights of the output projections (attention ``W^O`` and FFN ``W2``) start with an extra
   ``1/sqrt(2 n_layers)`` factor (GPT-2; the Sparse Transformer paper §5.4 uses the same).
 
@@ -50,7 +52,7 @@ class TransformerConfig(ModelConfig):
     dropout: float = 0.1  # residual, embedding and attention-probability dropout
     activation: Literal["gelu", "relu"] = "gelu"  # paper: relu
     norm: Literal["pre", "post"] = "pre"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
-    position: Literal["sinusoidal", "learned"] = "sinusoidal"
+    position: Literal["sinusoidal", "learned", "rotary"] = "sinusoidal"
     tie_weights: bool = True  # share token embedding and output projection (paper §3.4)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
     bias: bool = True  # biases in linear layers
@@ -157,22 +159,56 @@ class TransformerLM(PretrainedMixin, nn.Module):
     def build_attention(self, layer: int) -> nn.Module:
         """The attention module of block ``layer``: the seam other families override."""
         c = self.config
-        return CausalSelfAttention(c.d_model, c.n_heads, c.dropout, c.bias)
+        return CausalSelfAttention(
+            c.d_model, c.n_heads, c.dropout, c.bias, rotary=c.position == "rotary"
+        )
 
     def build_positions(self) -> None:
         """Create the position encoding's modules or buffers (a seam, like ``build_attention``)."""
         c = self.config
         if c.position == "learned":
             self.pos_emb = nn.Embedding(c.max_seq_len, c.d_model)
-        else:
+        elif c.position == "sinusoidal":
             pe = sinusoidal_positions(c.max_seq_len, c.d_model)
             self.register_buffer("pos_table", pe, persistent=False)  # (max_seq_len, C)
 
-    def positions(self, start: int, T: int, device: torch.device) -> Tensor:
-        """Encodings of positions ``start..start+T-1``: ``(T, C)``."""
+    def positions(self, start: int, T: int, device: torch.device) -> Tensor | None:
+        """Encodings of positions ``start..start+T-1``: ``(T, C)``, or ``None`` when positions
+        enter the attention instead (``rotary``)."""
         if self.config.position == "learned":
             return self.pos_emb(torch.arange(start, start + T, device=device))
-        return self.pos_table[start : start + T]
+        if self.config.position == "sinusoidal":
+            return self.pos_table[start : start + T]
+        return None
+
+    @property
+    def extends_context(self) -> bool:
+        """Whether the weights accept more than ``max_seq_len`` positions: True when no position
+        table is learned up to ``max_seq_len`` (rotary, none, or sinusoidal, whose fixed table
+        :meth:`build_positions` recomputes from ``max_seq_len``), so a copy of the model with a
+        larger ``max_seq_len`` computes the same function on the first positions. Learned (and
+        factorized) position embeddings end at ``max_seq_len``."""
+        return self.config.position in ("rotary", "none", "sinusoidal")
+
+    def context_config(self, max_seq_len: int) -> TransformerConfig:
+        """This model's config for ``max_seq_len`` positions and the same weights (a seam: a
+        family whose other settings derive from ``max_seq_len`` pins them here)."""
+        return self.config.replace(max_seq_len=max_seq_len)
+
+    def extended(self, max_seq_len: int) -> TransformerLM:
+        """The same weights in a model that accepts ``max_seq_len`` positions, in the same mode.
+
+        Raises:
+            ValueError: the position scheme ends at this model's ``max_seq_len``
+                (:attr:`extends_context` is False).
+        """
+        if not self.extends_context:
+            raise ValueError(
+                f"{self.config.position} positions end at max_seq_len={self.config.max_seq_len}"
+            )
+        longer = type(self)(self.context_config(max_seq_len))
+        longer.load_state_dict(self.state_dict())
+        return longer.train(self.training)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -208,7 +244,9 @@ class TransformerLM(PretrainedMixin, nn.Module):
         x = self.tok_emb(idx)  # (B, T, C)
         if c.scale_embeddings:
             x = x * math.sqrt(c.d_model)
-        x = x + self.positions(start, T, idx.device).to(x.dtype)
+        pe = self.positions(start, T, idx.device)
+        if pe is not None:
+            x = x + pe.to(x.dtype)
         return self.emb_dropout(x)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None, **attention_kwargs) -> Tensor:

@@ -154,7 +154,8 @@ class CausalLM(LightningModule):
         self.log("train/loss", loss, prog_bar=True)
         self.log(f"train/{self.metric_key}", self.train_bpb, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
-        if hasattr(self.model, "training_logs"):  # e.g. routing cluster occupancy
+        logging_step = (self.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0
+        if hasattr(self.model, "training_logs") and logging_step:  # e.g. routing occupancy
             for name, value in self.model.training_logs().items():
                 self.log(f"train/{name}", value)
         return loss

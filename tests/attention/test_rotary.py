@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+import zoo
+from zoo.attention.rotary import RotaryEmbedding
+
+
+def test_scores_depend_only_on_relative_position():
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    scores = []
+    for shift in (0, 7, 300):
+        qr, kr = rope(q, start=shift + 5), rope(k, start=shift + 2)
+        scores.append((qr * kr).sum())
+    torch.testing.assert_close(scores[1], scores[0])
+    torch.testing.assert_close(scores[2], scores[0])
+    # and they do depend on the distance
+    assert not torch.allclose((rope(q, start=9) * rope(k, start=2)).sum(), scores[0])
+
+
+def test_rotation_keeps_norms_and_position_zero_is_identity():
+    x = torch.randn(2, 3, 10, 8)
+    rope = RotaryEmbedding(8)
+    torch.testing.assert_close(rope(x).norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(rope(x)[..., 0, :], x[..., 0, :])
+
+
+def test_odd_head_dimension_is_refused():
+    with pytest.raises(ValueError, match="even head dimension"):
+        RotaryEmbedding(7)
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("transformer_lm_tiny", {}),
+        ("sparse_transformer_tiny", {}),
+        ("routing_transformer_tiny", {"routing": "causal"}),
+    ],
+)
+def test_rotary_models_have_no_position_weights_and_decode_like_the_full_pass(name, overrides):
+    torch.manual_seed(0)
+    model = zoo.create_model(name, position="rotary", **overrides).eval()
+    assert not any("pos" in key for key in model.state_dict())
+    idx = torch.randint(0, 256, (2, 40))
+    full = model(idx)
+    cache = model.init_cache()
+    steps = [model(idx[:, :17], cache)] + [model(idx[:, t : t + 1], cache) for t in range(17, 40)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-4, rtol=1e-4)
+
+
+def test_rotary_model_runs_past_its_trained_length_when_rebuilt_longer():
+    torch.manual_seed(0)
+    model = zoo.create_model("transformer_lm_tiny", position="rotary").eval()
+    assert model.extends_context
+    longer = model.extended(4 * model.config.max_seq_len)
+    assert not longer.training and longer.config.max_seq_len == 512
+    idx = torch.randint(0, 256, (1, 3 * model.config.max_seq_len))
+    out = longer(idx)
+    torch.testing.assert_close(out[:, :128], model(idx[:, :128]))
+    assert torch.isfinite(out).all()
+
+
+def test_learned_positions_do_not_extend():
+    model = zoo.create_model("transformer_lm_tiny")
+    assert not model.extends_context
+    with pytest.raises(ValueError, match="learned positions end at max_seq_len=128"):
+        model.extended(256)
+
+
+def test_an_extended_routing_model_keeps_its_causal_window():
+    model = zoo.create_model("routing_transformer_tiny", position="rotary", routing="causal")
+    longer = model.extended(1024)
+    assert longer.config.routing_window == model.config.routing_window == 256 // 4
