@@ -117,6 +117,7 @@ class RoutingTransformerLM(TransformerLM):
             max_relative_position=c.max_relative_position,
             rotary=c.position == "rotary",
             bias=c.bias,
+            seed=layer,
         )
 
     def context_config(self, max_seq_len: int) -> RoutingTransformerConfig:
