@@ -115,6 +115,46 @@ def _quiet_warnings() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
+def packaged_recipes() -> dict[str, Path]:
+    """The recipes shipped inside the package: ``{"transformer_lm/pg19mini_v1": path}``."""
+    import importlib.resources
+
+    root = Path(str(importlib.resources.files("zoo").joinpath("recipes")))
+    return {str(p.relative_to(root).with_suffix("")): p for p in sorted(root.glob("*/*.yaml"))}
+
+
+def with_packaged_config(args: list[str]) -> list[str]:
+    """``args`` with each ``--config`` value that is not a file replaced by the packaged recipe it
+    names (``recipes/transformer_lm/pg19mini_v1.yaml`` or ``transformer_lm/pg19mini_v1``), so
+    recipes work from an installed wheel as from a clone.
+
+    Raises:
+        ConfigError: neither a file nor a packaged recipe (close names suggested).
+    """
+    from zoo.config import suggest
+    from zoo.errors import ConfigError
+
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            key, value, at = arg, out[i + 1], i + 1
+        elif arg.startswith("--config="):
+            key, value, at = "--config", arg.split("=", 1)[1], i
+        else:
+            continue
+        if Path(value).is_file():
+            continue
+        name = value.removeprefix("recipes/").removesuffix(".yaml")
+        recipes = packaged_recipes()
+        if name not in recipes:
+            raise ConfigError(
+                f"{key} {value}: no such file, and no packaged recipe of that name."
+                f"{suggest(name, recipes)} Packaged recipes: {', '.join(recipes)}."
+            )
+        out[at] = str(recipes[name]) if at == i + 1 else f"--config={recipes[name]}"
+    return out
+
+
 def run_lightning(args: list[str]) -> None:
     from lightning import LightningDataModule, LightningModule
 
@@ -127,7 +167,7 @@ def run_lightning(args: list[str]) -> None:
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        args=args,
+        args=with_packaged_config(args),
         trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,

@@ -42,15 +42,23 @@ class DataNotFoundError(ZooError, FileNotFoundError):
 
 
 class ChecksumError(CheckpointError):
-    """A checkpoint file's sha256 differs from the one ``checkpoints.yaml`` registers.
+    """A checkpoint file's sha256 differs from the one recorded for it: in ``checkpoints.yaml``
+    (published checkpoints) or in the folder's ``manifest.json`` (``save_pretrained``).
 
     Attributes: ``path`` (the file), ``expected`` and ``actual`` (hex sha256 digests).
     """
 
-    def __init__(self, path: str, expected: str, actual: str, hint: str = "") -> None:
+    def __init__(
+        self,
+        path: str,
+        expected: str,
+        actual: str,
+        hint: str = "",
+        recorded_in: str = "checkpoints.yaml registers",
+    ) -> None:
         self.path, self.expected, self.actual = path, expected, actual
         super().__init__(
-            f"checksum mismatch for {path}: checkpoints.yaml registers sha256 {expected}, "
+            f"checksum mismatch for {path}: {recorded_in} sha256 {expected}, "
             f"the file has {actual}. The file is truncated, corrupt or was changed; nothing was "
             f"loaded.{(' ' + hint) if hint else ''}"
         )

@@ -93,7 +93,11 @@ def test_causality(name):
 def test_save_load_round_trip_is_bit_identical(name, tmp_path):
     model = tiny_model(name).eval()
     model.save_pretrained(tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} == {"config.json", "model.safetensors"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "manifest.json",
+    }
     loaded = zoo.from_pretrained(tmp_path)
     assert type(loaded) is type(model) and loaded.config == model.config
     assert not loaded.training
@@ -145,7 +149,9 @@ def test_every_dtype_runs_forward_and_cached_decoding(name, dtype):
             assert buffer.dtype == torch.float32, buffer_name
     if hasattr(model, "init_cache"):
         cache = model.init_cache(2)
-        pieces = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 21)]
+        pieces = [model(idx[:, :5], cache)] + [
+            model(idx[:, t : t + 1], cache) for t in range(5, 21)
+        ]
         decoded = torch.cat(pieces, 1)
         assert decoded.dtype == dtype
         torch.testing.assert_close(decoded.float(), logits.float(), rtol=0, atol=DTYPE_ATOL[dtype])
