@@ -67,6 +67,20 @@ def default_precision() -> str:
     return "bf16-mixed" if native_bf16 else "32-true"
 
 
+# model arguments that --ckpt_path keeps from the command line (not the model itself)
+CKPT_PATH_HONOURED = ("sampling",)
+
+# Trainer settings where an int counts batches and a float is a fraction
+INT_OR_FLOAT_TRAINER_ARGS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "overfit_batches",
+    "val_check_interval",
+)
+
+
 class ZooCLI(LightningCLI):
     """LightningCLI with the zoo's defaults (precision by hardware, a training summary).
 
@@ -80,10 +94,54 @@ class ZooCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
+        self._keep_integer_limits(args)
         self._requested_model = self._model_init_args()  # before the checkpoint's hparams
+
+    def _keep_integer_limits(self, args) -> None:
+        """Integers given for the ``Trainer``'s int-or-float settings stay integers.
+
+        ``typing`` caches unions up to the order of their members, so once anything (rich) has
+        built ``Optional[Union[float, int]]``, the Trainer's ``Optional[Union[int, float]]`` is
+        that object and jsonargparse tries float first: ``--trainer.limit_val_batches 1``
+        became 1.0, i.e. 100% of the batches. The value as written (command line, then config
+        files) decides here, and :meth:`instantiate_trainer` passes the integers on.
+        """
+        import yaml
+
+        self._integer_limits: dict[str, int] = {}
+        sub = self.config.get("subcommand")
+        config = self.config.get(sub) if sub else self.config
+        if config is None or config.get("trainer") is None:
+            return
+        args = list(args or [])
+        for key in INT_OR_FLOAT_TRAINER_ARGS:
+            flag, written = f"--trainer.{key}", None
+            for i, arg in enumerate(args):
+                if arg == flag and i + 1 < len(args):
+                    written = args[i + 1]
+                elif arg.startswith(flag + "="):
+                    written = arg.split("=", 1)[1]
+            if written is None:  # the last config file that sets it
+                for path in [c for c in config.get("config") or [] if c is not None]:
+                    try:
+                        trainer = (yaml.safe_load(Path(str(path)).read_text()) or {}).get("trainer")
+                    except (OSError, yaml.YAMLError, AttributeError):
+                        continue
+                    if isinstance(trainer, dict) and key in trainer:
+                        written = str(trainer[key])
+            value = config["trainer"].get(key)
+            if written is not None and written.strip().isdigit() and isinstance(value, float):
+                self._integer_limits[key] = int(value)
+
+    def instantiate_trainer(self, **kwargs):
+        return super().instantiate_trainer(**{**getattr(self, "_integer_limits", {}), **kwargs})
 
     def before_instantiate_classes(self) -> None:
         used = self._model_init_args()
+        init_args = self._model_init_args(namespace=True)
+        for key in CKPT_PATH_HONOURED:  # not part of the model: the command line's value wins
+            if key in self._requested_model and init_args is not None:
+                init_args[key] = used[key] = self._requested_model[key]
         dropped = {
             k: (v, used.get(k)) for k, v in self._requested_model.items() if used.get(k) != v
         }
@@ -96,10 +154,13 @@ class ZooCLI(LightningCLI):
                 stacklevel=1,
             )
 
-    def _model_init_args(self) -> dict:
+    def _model_init_args(self, namespace: bool = False):
+        """The model's init_args as a dict (``namespace``: the config's Namespace, or None)."""
         config = self.config.get(self.config.get("subcommand") or "", self.config)
         model = config.get("model") if config is not None else None
         init_args = getattr(model, "init_args", None)
+        if namespace:
+            return init_args
         return dict(vars(init_args)) if init_args is not None else {}
 
 
