@@ -95,7 +95,9 @@ def test_predict_samples_the_prompts(trained, capsys, monkeypatch):
     assert samples[0].startswith("Once upon") and samples[1].startswith("It was")
     assert len(samples[0]) > len("Once upon\n")  # the prompt, sampled bytes, the newline
     # --ckpt_path keeps the command line's sampling settings (8 bytes, not the default 256)
-    assert all(len(s) <= len(p) + 8 + 1 for s, p in zip(samples, ("Once upon", "It was"), strict=True))
+    assert all(
+        len(s) <= len(p) + 8 + 1 for s, p in zip(samples, ("Once upon", "It was"), strict=True)
+    )
     assert "Once upon" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         zoo("predict", *predict)
