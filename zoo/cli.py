@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -235,6 +236,26 @@ def run_lightning(args: list[str]) -> None:
     )
 
 
+# what each task's checkpoints are, and the command that uses them
+TASK_COMMANDS = {
+    "CausalLM": "a language model: use `zoo generate`",
+    "ImageLM": "an image model: use `zoo sample`",
+    "Translation": "a translation model: use `zoo translate`",
+}
+
+
+def _checkpoint_task(path: Path) -> str | None:
+    """The zoo task a Lightning checkpoint was saved from (its ``_class_path``), read without
+    running any of its code; ``None`` if it does not say."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        class_path = ckpt["hyper_parameters"]["_class_path"]
+    except Exception:
+        return None
+    name = str(class_path).rsplit(".", 1)[-1]
+    return name if name in TASK_COMMANDS else None
+
+
 def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
     """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM``,
     ``ImageLM`` or ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name,
@@ -257,6 +278,11 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
         try:
             module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
         except Exception as e:
+            saved = _checkpoint_task(path)
+            if saved is not None and saved != task:
+                raise CheckpointError(
+                    f"{checkpoint} is a checkpoint of {saved}, {TASK_COMMANDS[saved]}."
+                ) from None
             raise CheckpointError(
                 f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
             ) from None
@@ -270,6 +296,34 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
     return model
 
 
+def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
+    """``device`` if this machine has it; else exit 2 with a one-line error naming what it has."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        parser.exit(
+            2, f"{parser.prog}: error: --device {device!r} is not a device (cpu, cuda, cuda:1)\n"
+        )
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }.get(kind, False)
+    if not available:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --device {device}: this machine has no {kind} device "
+            f"(torch {torch.__version__}); use --device cpu\n",
+        )
+    return device
+
+
+def prompt_bytes(text: str) -> bytes:
+    """The bytes of a command-line argument as the user typed them: Python decodes arguments
+    with ``surrogateescape``, so bytes that are not UTF-8 come back unchanged."""
+    return os.fsencode(text)
+
+
 def generate_main(args: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="zoo generate", description="Sample text from a trained model."
@@ -280,7 +334,10 @@ def generate_main(args: list[str]) -> None:
         help="a .ckpt from `zoo fit`, a published checkpoint (`zoo list`), a Hub repo id or a "
         "save_pretrained directory",
     )
-    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", default="\n", help="text to continue (default: a newline); "
+                        "any bytes, UTF-8 or not: the models are byte-level")  # fmt: skip
+    source.add_argument("--prompt-file", help="continue the bytes of this file instead")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None)
@@ -298,12 +355,25 @@ def generate_main(args: list[str]) -> None:
     from zoo.data.text import ByteTokenizer
     from zoo.generation import generate
 
+    if ns.prompt_file is not None:
+        if not Path(ns.prompt_file).is_file():
+            parser.exit(2, f"zoo generate: error: --prompt-file {ns.prompt_file} does not exist\n")
+        data = Path(ns.prompt_file).read_bytes()
+    else:
+        data = prompt_bytes(ns.prompt)
+    if not data:
+        parser.exit(2, "zoo generate: error: the prompt is empty: give at least one byte to "
+                    "continue (the default prompt is a newline)\n")  # fmt: skip
+    if ns.num_samples < 1 or ns.max_new_tokens < 0:
+        parser.exit(2, "zoo generate: error: --num-samples must be >= 1 and --max-new-tokens "
+                    f">= 0, got {ns.num_samples} and {ns.max_new_tokens}\n")  # fmt: skip
+    checked_device(parser, ns.device)
     try:
         model = load_model(ns.checkpoint, ns.device)
     except ZooError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     tokenizer = ByteTokenizer()
-    prompt = torch.tensor([tokenizer.encode(ns.prompt)] * ns.num_samples, device=ns.device)
+    prompt = torch.tensor([list(data)] * ns.num_samples, device=ns.device)
     generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
     try:
         out = generate(
@@ -353,6 +423,10 @@ def sample_main(args: list[str]) -> None:
 
     if ns.dataset not in IMAGE_DATASETS:
         parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
+    if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
+        parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
+                    "one of them > 0\n")  # fmt: skip
+    checked_device(parser, ns.device)
     shape = IMAGE_DATASETS[ns.dataset][0]
     model = load_model(ns.checkpoint, ns.device, task="ImageLM")
     generator = torch.Generator(ns.device).manual_seed(ns.seed)
@@ -405,11 +479,19 @@ def translate_main(args: list[str]) -> None:
 
     if ns.input is not None and not Path(ns.input).is_file():
         parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
+    checked_device(parser, ns.device)
     try:
         model = load_model(ns.checkpoint, ns.device, task="Translation")
     except ZooError as e:
         parser.exit(2, f"zoo translate: error: {e}\n")
-    text = Path(ns.input).read_text(encoding="utf-8") if ns.input else sys.stdin.read()
+    raw = Path(ns.input).read_bytes() if ns.input else _stdin_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        parser.exit(2, f"zoo translate: error: {ns.input or 'stdin'} is not UTF-8 text (byte "
+                    f"0x{raw[e.start]:02x} on line {line}): the tokenizer takes UTF-8; convert it, "
+                    "e.g. with iconv\n")  # fmt: skip
     sentences = text.splitlines()
     try:
         out = translate(
@@ -424,6 +506,11 @@ def translate_main(args: list[str]) -> None:
         Path(ns.output).write_text(result, encoding="utf-8")
     else:
         sys.stdout.write(result)
+
+
+def _stdin_bytes() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)  # a StringIO (tests) has no bytes underneath
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
 
 
 def average_main(args: list[str]) -> None:

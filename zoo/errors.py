@@ -13,6 +13,7 @@ __all__ = [
     "DataNotFoundError",
     "HubError",
     "RegistryError",
+    "SequenceTooLongError",
     "UnknownModelError",
     "ZooError",
 ]
@@ -35,6 +36,10 @@ class UnknownModelError(ZooError, KeyError):
 
 class CheckpointError(ZooError, RuntimeError):
     """A checkpoint on disk is missing, corrupt, or does not match its config."""
+
+
+class SequenceTooLongError(ZooError, ValueError):
+    """An input (with the cache) is longer than the model's ``max_seq_len``."""
 
 
 class DataNotFoundError(ZooError, FileNotFoundError):

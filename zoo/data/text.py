@@ -35,6 +35,7 @@ from lightning import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.config import require_positive
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -119,9 +120,10 @@ def _download(url: str, dest: Path) -> Path:
 def _not_found(dataset: str, names: Sequence[str], data_dir, hint: str) -> DataNotFoundError:
     looked = ", ".join(str(d / dataset) for d in search_dirs(data_dir))
     return DataNotFoundError(
-        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point data_dir "
-        "(--data.init_args.data_dir) or the ZOO_DATA_DIR environment variable at a directory holding "
-        f"{dataset}/, or pass download=True to fetch it from its public home."
+        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point the ZOO_DATA_DIR "
+        f"environment variable or the data directory (zoo evaluate: --data-dir; zoo fit: "
+        f"--data.init_args.data_dir) at a directory holding {dataset}/, or fetch it from its "
+        "public home (zoo fit: --data.init_args.download true; Python: download=True)."
     )
 
 
@@ -369,6 +371,11 @@ class ByteTextDataModule(LightningDataModule):
         seq_len_warmup_start: int = 256,
     ) -> None:
         super().__init__()
+        require_positive(
+            "ByteTextDataModule", seq_len=seq_len, batch_size=batch_size,
+            eval_batch_size=eval_batch_size, train_samples_per_epoch=train_samples_per_epoch,
+        )  # fmt: skip
+        require_positive("ByteTextDataModule", 0, num_workers=num_workers)
         if seq_len_warmup_steps < 0 or seq_len_warmup_start <= 0:
             raise ConfigError(
                 "seq_len_warmup_steps must be >= 0 and seq_len_warmup_start positive, got "

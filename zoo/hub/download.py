@@ -96,7 +96,27 @@ def _no_copy_hint(entry: CheckpointEntry) -> str:
     )
 
 
-def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool) -> Path:
+def _offline_hint(entry: CheckpointEntry, registry: Registry, pulling: bool) -> str:
+    """What to do when the Hub cannot be reached: ``zoo pull`` elsewhere, or (when pulling) what
+    the shipped copy offers."""
+    if not pulling:
+        return (
+            f"Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy its HF "
+            f"cache), or unset HF_HUB_OFFLINE; the shipped copy checkpoints/{entry.name}/ is used "
+            "without network when its files are intact."
+        )
+    shipped = registry.shipped_dir / entry.name
+    if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
+        return (
+            f"Nothing is lost: the shipped copy {shipped} is intact, and "
+            f"from_pretrained({entry.name!r}) loads it without the Hub."
+        )
+    return f"There is no intact shipped copy at {shipped} either; pull where the Hub is reachable."
+
+
+def _download(
+    entry: CheckpointEntry, name: str, cache_dir, force_download: bool, hint: str = ""
+) -> Path:
     try:
         return Path(
             hf_hub_download(
@@ -116,9 +136,7 @@ def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool
         )
         raise HubError(
             f"{entry.name}: {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-            f"{why}. Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy "
-            "its HF cache), or unset HF_HUB_OFFLINE; the shipped copy "
-            f"checkpoints/{entry.name}/ is used without network when its files are intact."
+            f"{why}. {hint}"
         ) from None
     except RepositoryNotFoundError:
         raise HubError(
@@ -202,8 +220,9 @@ def fetch(
     # no shipped copy: the pinned revision, or (not pinned yet) the repo's default branch; every
     # file is checked against its registered sha256 either way
     directory = None
+    hint = _offline_hint(entry, registry, pulling=not use_shipped)
     for name in files:
-        path = _download(entry, name, cache_dir, force_download)
+        path = _download(entry, name, cache_dir, force_download, hint)
         actual = sha256_file(path)
         expected = entry.files[name]["sha256"]
         if actual != expected:

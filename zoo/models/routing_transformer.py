@@ -91,7 +91,8 @@ class RoutingTransformerLM(TransformerLM):
     weights and updated only in training mode.
 
     Raises:
-        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+        SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
+            ``max_seq_len``.
     """
 
     model_type = "routing_transformer_lm"
