@@ -200,7 +200,8 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         if start + T > c.max_seq_len:
             raise SequenceTooLongError(
                 f"{what} of {start + T} tokens is longer than max_seq_len={c.max_seq_len}: "
-                "shorten it, or build the model with a larger max_seq_len."
+                "shorten it (training data: --data.init_args.max_length), or build the model "
+                "with a larger max_seq_len."
             )
         x = emb(idx) * math.sqrt(c.d_model) + self.pos_table[start : start + T].to(emb.weight.dtype)
         return self.emb_dropout(x)

@@ -115,13 +115,6 @@ class Translation(LightningModule):
     def setup(self, stage: str) -> None:
         # Lightning has run the data module's setup already: it has learned (or kept) a tokenizer
         dm = self._datamodule()
-        max_length = getattr(getattr(dm, "hparams", None), "max_length", None)
-        if max_length is not None and max_length > self.model.config.max_seq_len:
-            raise ConfigError(
-                f"the data keeps sentences of up to {max_length} tokens but the model's "
-                f"max_seq_len is {self.model.config.max_seq_len}: set --data.init_args.max_length "
-                f"{self.model.config.max_seq_len} (or a model with a longer max_seq_len)."
-            )
         if self.tokenizer is None and dm is not None:
             self.tokenizer = dm.tokenizer
         if self.tokenizer is not None:
