@@ -208,3 +208,26 @@ def test_pattern_command_draws_png(tmp_path, capsys):
         main(["pattern", "fixed", "--out", str(out), "--stride", "8"])
     assert exc.value.code == 2
     assert "missing 1 required positional argument: 'c'" in capsys.readouterr().err
+
+
+def test_sigterm_saves_and_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """A scheduler's SIGTERM stops the run after saving interrupted.ckpt; the exit status says
+    it did not finish (Lightning's SIGTERMException is a SystemExit with status 0)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    monkeypatch.chdir(tmp_path)
+    step = CausalLM.training_step
+
+    def sigterm_at_step_2(self, batch, batch_idx):
+        if self.global_step == 2:
+            raise SIGTERMException  # what the fit loop raises once the signal has arrived
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", sigterm_at_step_2)
+    with pytest.raises(SystemExit) as e:
+        zoo("fit", "--trainer.max_steps=4", "--trainer.limit_val_batches=1",
+            "--model.init_args.model=transformer_lm_tiny")  # fmt: skip
+    assert e.value.code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
+    assert torch.load(saved, weights_only=False)["global_step"] == 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -606,8 +607,17 @@ def zoo_error(exc: BaseException) -> ZooError | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``zoo`` console script; zoo errors exit with status 2 and their message."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         _main(list(sys.argv[1:] if argv is None else argv))
+    except SIGTERMException:  # a SystemExit with status 0: the run did not finish
+        print(
+            "zoo: stopped by SIGTERM; the run saved its checkpoint (interrupted.ckpt beside its "
+            "others, with OnExceptionCheckpoint): resume with --ckpt_path .../interrupted.ckpt",
+            file=sys.stderr,
+        )
+        sys.exit(128 + signal.SIGTERM)
     except Exception as e:
         cause = zoo_error(e)
         if cause is None:
