@@ -27,7 +27,6 @@ from rich.progress import Progress
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-
 __all__ = [
     "Hypothesis",
     "beam_search",
