@@ -231,3 +231,40 @@ def test_sigterm_saves_and_exits_non_zero(tmp_path, monkeypatch, capsys):
     assert "stopped by SIGTERM" in capsys.readouterr().err
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
     assert torch.load(saved, weights_only=False)["global_step"] == 2
+
+
+def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
+    """The training windows are positioned by the global step (ResumableOrder): stopping at
+    step 3 and resuming from interrupted.ckpt gives the weights of 6 uninterrupted steps."""
+    common = ["--trainer.max_steps=6", "--trainer.limit_val_batches=0", "--seed_everything=7",
+              "--model.init_args.model=transformer_lm_tiny",
+              '--model.init_args.model_config={"dropout": 0.0}']  # fmt: skip
+    ckpts = Path("runs/transformer_lm/pg19mini/checkpoints")
+    (tmp_path / "whole").mkdir()
+    monkeypatch.chdir(tmp_path / "whole")
+    zoo("fit", *common)
+    whole = torch.load(ckpts / "last.ckpt", weights_only=False)
+    (tmp_path / "resumed").mkdir()
+    monkeypatch.chdir(tmp_path / "resumed")
+    step = CausalLM.training_step
+
+    def interrupt_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):
+            zoo("fit", *common)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    monkeypatch.setattr(CausalLM, "training_step", step)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*dataloader is not resumable.*")
+        zoo("fit", *common, f"--ckpt_path={ckpts / 'interrupted.ckpt'}")
+    resumed = torch.load(ckpts / "last.ckpt", weights_only=False)
+    assert resumed["global_step"] == whole["global_step"] == 6
+    for key, value in whole["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][key], value), key
