@@ -153,7 +153,7 @@ def test_a_file_added_after_saving_or_a_broken_manifest_is_an_error(saved):
     [
         ("transformer_lm_small.pg19mini", False), ("ns/repo", False), ("ns/repo@main", False),
         ("./transformer_lm_small.pg19mini", True), ("/abs/dir", True), ("~/dir", True),
-        ("runs/family/data", True), ("best.ckpt", True), (".", True),
+        ("runs/family/data", True), ("best.ckpt", True), (".", True), ("my_model/", True),
     ],
 )  # fmt: skip
 def test_explicit_paths(source, explicit):

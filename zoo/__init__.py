@@ -7,7 +7,7 @@ model.save_pretrained("out/")
 model = zoo.from_pretrained("out/")
 zoo.list_pretrained()                     # published checkpoints (checkpoints.yaml)
 model = zoo.from_pretrained("transformer_lm_small.pg19mini")
-zoo.translate(zoo.from_pretrained("translation/folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
+zoo.translate(zoo.from_pretrained("./translation_folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
 """
 
 __version__ = "0.1.0"

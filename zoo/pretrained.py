@@ -77,7 +77,7 @@ def explicit_path(source: str | os.PathLike) -> Path | None:
     """``source`` as a local path if it names one explicitly, else ``None`` (a name).
 
     Explicit: any ``os.PathLike`` (``pathlib.Path``), or a string that starts with ``/``, ``./``,
-    ``../`` or ``~``, holds more than one ``/`` or a ``\\``, or ends in ``.ckpt``. Anything else
+    ``../`` or ``~``, ends with ``/`` or ``.ckpt``, or holds more than one ``/`` or a ``\\``. Anything else
     (``transformer_lm_small.pg19mini``, ``ns/repo``) is a published checkpoint or a Hub repo id and
     never resolves to a same-named folder in the working directory, so a folder dropped there cannot
     stand in for verified weights.
@@ -90,7 +90,7 @@ def explicit_path(source: str | os.PathLike) -> Path | None:
         or text in (".", "..")
         or text.count("/") > 1
         or "\\" in text
-        or text.endswith(".ckpt")
+        or text.endswith((".ckpt", "/"))
     )
     return Path(text).expanduser() if explicit else None
 
