@@ -24,6 +24,24 @@ def zoo(command: str, *args: str) -> None:
     main([command, "--config", RECIPE, *args, *FAST])
 
 
+def ctrl_c_at_step_3(monkeypatch, *args: str) -> None:
+    """`zoo ARGS` with a Ctrl-C (KeyboardInterrupt) during the 4th training step."""
+    step = CausalLM.training_step
+
+    def interrupt_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
+    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C while shutting down
+    try:
+        with pytest.raises(SystemExit):
+            zoo(*args)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
 def test_there_are_recipes():
     assert Path(RECIPE) in RECIPES
 
@@ -173,19 +191,7 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     common = ["--trainer.max_steps=6", "--trainer.limit_val_batches=1",
               "--trainer.val_check_interval=100", "--model.init_args.model=transformer_lm_tiny"]  # fmt: skip
     step = CausalLM.training_step
-
-    def interrupt_at_step_3(self, batch, batch_idx):
-        if self.global_step == 3:
-            raise KeyboardInterrupt
-        return step(self, batch, batch_idx)
-
-    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
-    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C while shutting down
-    try:
-        with pytest.raises(SystemExit):
-            zoo("fit", *common)
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    ctrl_c_at_step_3(monkeypatch, "fit", *common)
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
     first = torch.load(saved, weights_only=False)
     assert first["global_step"] == 3
@@ -247,19 +253,7 @@ def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp
     (tmp_path / "resumed").mkdir()
     monkeypatch.chdir(tmp_path / "resumed")
     step = CausalLM.training_step
-
-    def interrupt_at_step_3(self, batch, batch_idx):
-        if self.global_step == 3:
-            raise KeyboardInterrupt
-        return step(self, batch, batch_idx)
-
-    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        with pytest.raises(SystemExit):
-            zoo("fit", *common)
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    ctrl_c_at_step_3(monkeypatch, "fit", *common)
     monkeypatch.setattr(CausalLM, "training_step", step)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*dataloader is not resumable.*")
