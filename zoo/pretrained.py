@@ -319,7 +319,9 @@ def from_pretrained(
     :class:`UnverifiedWeightsWarning`);
     the copy shipped in the repository (``checkpoints/<name>/``) is used when it matches, the Hub
     (through the Hugging Face cache, respecting ``HF_HUB_OFFLINE``) otherwise (:mod:`zoo.hub`).
-    A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it.
+    A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it. The model
+    is built on the CPU with real tensors even inside ``with torch.device("meta")`` (then moved to
+    ``device``).
 
     Raises:
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
