@@ -24,6 +24,24 @@ def zoo(command: str, *args: str) -> None:
     main([command, "--config", RECIPE, *args, *FAST])
 
 
+def ctrl_c_at_step_3(monkeypatch, *args: str) -> None:
+    """`zoo ARGS` with a Ctrl-C (KeyboardInterrupt) during the 4th training step."""
+    step = CausalLM.training_step
+
+    def interrupt_at_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            raise KeyboardInterrupt
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
+    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C while shutting down
+    try:
+        with pytest.raises(SystemExit):
+            zoo(*args)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
 def test_there_are_recipes():
     assert Path(RECIPE) in RECIPES
 
@@ -94,6 +112,10 @@ def test_predict_samples_the_prompts(trained, capsys, monkeypatch):
     assert len(samples) == 2
     assert samples[0].startswith("Once upon") and samples[1].startswith("It was")
     assert len(samples[0]) > len("Once upon\n")  # the prompt, sampled bytes, the newline
+    # --ckpt_path keeps the command line's sampling settings (8 bytes, not the default 256)
+    assert all(
+        len(s) <= len(p) + 8 + 1 for s, p in zip(samples, ("Once upon", "It was"), strict=True)
+    )
     assert "Once upon" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         zoo("predict", *predict)
@@ -169,19 +191,7 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     common = ["--trainer.max_steps=6", "--trainer.limit_val_batches=1",
               "--trainer.val_check_interval=100", "--model.init_args.model=transformer_lm_tiny"]  # fmt: skip
     step = CausalLM.training_step
-
-    def interrupt_at_step_3(self, batch, batch_idx):
-        if self.global_step == 3:
-            raise KeyboardInterrupt
-        return step(self, batch, batch_idx)
-
-    monkeypatch.setattr(CausalLM, "training_step", interrupt_at_step_3)
-    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C while shutting down
-    try:
-        with pytest.raises(SystemExit):
-            zoo("fit", *common)
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    ctrl_c_at_step_3(monkeypatch, "fit", *common)
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
     first = torch.load(saved, weights_only=False)
     assert first["global_step"] == 3
@@ -204,3 +214,51 @@ def test_pattern_command_draws_png(tmp_path, capsys):
         main(["pattern", "fixed", "--out", str(out), "--stride", "8"])
     assert exc.value.code == 2
     assert "missing 1 required positional argument: 'c'" in capsys.readouterr().err
+
+
+def test_sigterm_saves_and_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """A scheduler's SIGTERM stops the run after saving interrupted.ckpt; the exit status says
+    it did not finish (Lightning's SIGTERMException is a SystemExit with status 0)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    monkeypatch.chdir(tmp_path)
+    step = CausalLM.training_step
+
+    def sigterm_at_step_2(self, batch, batch_idx):
+        if self.global_step == 2:
+            raise SIGTERMException  # what the fit loop raises once the signal has arrived
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(CausalLM, "training_step", sigterm_at_step_2)
+    with pytest.raises(SystemExit) as e:
+        zoo("fit", "--trainer.max_steps=4", "--trainer.limit_val_batches=1",
+            "--model.init_args.model=transformer_lm_tiny")  # fmt: skip
+    assert e.value.code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
+    assert torch.load(saved, weights_only=False)["global_step"] == 2
+
+
+def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
+    """The training windows are positioned by the global step (ResumableOrder): stopping at
+    step 3 and resuming from interrupted.ckpt gives the weights of 6 uninterrupted steps."""
+    common = ["--trainer.max_steps=6", "--trainer.limit_val_batches=0", "--seed_everything=7",
+              "--model.init_args.model=transformer_lm_tiny",
+              '--model.init_args.model_config={"dropout": 0.0}']  # fmt: skip
+    ckpts = Path("runs/transformer_lm/pg19mini/checkpoints")
+    (tmp_path / "whole").mkdir()
+    monkeypatch.chdir(tmp_path / "whole")
+    zoo("fit", *common)
+    whole = torch.load(ckpts / "last.ckpt", weights_only=False)
+    (tmp_path / "resumed").mkdir()
+    monkeypatch.chdir(tmp_path / "resumed")
+    step = CausalLM.training_step
+    ctrl_c_at_step_3(monkeypatch, "fit", *common)
+    monkeypatch.setattr(CausalLM, "training_step", step)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*dataloader is not resumable.*")
+        zoo("fit", *common, f"--ckpt_path={ckpts / 'interrupted.ckpt'}")
+    resumed = torch.load(ckpts / "last.ckpt", weights_only=False)
+    assert resumed["global_step"] == whole["global_step"] == 6
+    for key, value in whole["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][key], value), key

@@ -97,7 +97,8 @@ def assert_same_weights(model, folder: Path) -> None:
 
 def test_export_writes_the_published_files_and_the_registry_entry(published, registry):
     assert sorted(p.name for p in published.iterdir()) == [
-        "README.md", "config.json", "model.safetensors", "recipe.yaml", "training.json"
+        "README.md", "config.json", "manifest.json", "model.safetensors", "recipe.yaml",
+        "training.json",
     ]  # fmt: skip
     facts = json.loads((published / "training.json").read_text())
     assert facts["optimizer_steps"] == 3 and facts["tokens"] == 1536
@@ -287,7 +288,7 @@ def test_push_a_run_exports_it_on_the_fly(registry, hub, tmp_path):
     sha = push(run, REPO_ID, name=NAME, recipe=recipe, metrics=[METRIC])
     files = hub.repos[REPO_ID].commits[sha]
     assert set(files) == {".gitattributes", "config.json", "model.safetensors", "README.md",
-                          "recipe.yaml", "training.json"}  # fmt: skip
+                          "recipe.yaml", "training.json", "manifest.json"}  # fmt: skip
     assert b"model-index" in files["README.md"].data
     with pytest.raises(ConfigError, match="not an exported folder"):
         push(run, REPO_ID)  # a run needs its name and recipe

@@ -59,7 +59,12 @@ def test_publish_then_reproduce_through_the_cli(hub, tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert "registered vs measured" in out and "+0.0000" in out
 
-    main(["fit", "--config", RECIPE, "--model.init_from", NAME,
+    # the recipe's model (transformer_lm_small) is not this tiny checkpoint's: say so ...
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", RECIPE, "--model.init_from", NAME, "--trainer.max_steps=1"])
+    assert e.value.code == 2 and "is not the model transformer_lm_small" in capsys.readouterr().err
+    # ... and fine-tune the checkpoint's own architecture when asked to
+    main(["fit", "--config", RECIPE, "--model.init_from", NAME, "--model.model", "null",
           "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
           "--trainer.default_root_dir=ft", *FAST])  # fmt: skip
 

@@ -7,24 +7,37 @@ model.save_pretrained("out/")
 model = zoo.from_pretrained("out/")
 zoo.list_pretrained()                     # published checkpoints (checkpoints.yaml)
 model = zoo.from_pretrained("transformer_lm_small.pg19mini")
-zoo.translate(zoo.from_pretrained("translation/folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
+zoo.translate(zoo.from_pretrained("./translation_folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
 """
 
 __version__ = "0.1.0"
 
-from zoo import models  # noqa: E402,F401  (registers every family's presets)
-from zoo.beam_search import translate  # noqa: E402
-from zoo.generation import generate  # noqa: E402
-from zoo.hub.registry import list_pretrained  # noqa: E402
-from zoo.pretrained import from_pretrained  # noqa: E402
-from zoo.registry import create_model, list_models  # noqa: E402
+import importlib
+from typing import Any
 
-__all__ = [
-    "__version__",
-    "create_model",
-    "from_pretrained",
-    "generate",
-    "list_models",
-    "list_pretrained",
-    "translate",
-]
+# `import zoo` loads nothing heavy (not even torch): each name below imports its module on first use
+_LAZY = {
+    "create_model": "zoo.registry",
+    "list_models": "zoo.registry",
+    "from_pretrained": "zoo.pretrained",
+    "list_pretrained": "zoo.hub.registry",
+    "generate": "zoo.generation",
+    "translate": "zoo.beam_search",
+}
+_SUBMODULES = ("attention", "data", "hub", "models", "tasks", "kernels", "registry", "pretrained")
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"zoo.{name}")
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])

@@ -27,8 +27,6 @@ from rich.progress import Progress
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from zoo.data.translation import SPECIAL_TOKENS
-
 __all__ = [
     "Hypothesis",
     "beam_search",
@@ -230,6 +228,8 @@ def translate(
             "no tokenizer: load the model with zoo.from_pretrained (which restores tokenizer.json) "
             "or pass tokenizer="
         )
+    from zoo.data.translation import SPECIAL_TOKENS
+
     bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
     if bos_id is None or eos_id is None:
         raise ValueError(f"the tokenizer has no {SPECIAL_TOKENS[1]} / {SPECIAL_TOKENS[2]} tokens")

@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -67,6 +69,20 @@ def default_precision() -> str:
     return "bf16-mixed" if native_bf16 else "32-true"
 
 
+# model arguments that --ckpt_path keeps from the command line (not the model itself)
+CKPT_PATH_HONOURED = ("sampling",)
+
+# Trainer settings where an int counts batches and a float is a fraction
+INT_OR_FLOAT_TRAINER_ARGS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "overfit_batches",
+    "val_check_interval",
+)
+
+
 class ZooCLI(LightningCLI):
     """LightningCLI with the zoo's defaults (precision by hardware, a training summary).
 
@@ -80,10 +96,54 @@ class ZooCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
+        self._keep_integer_limits(args)
         self._requested_model = self._model_init_args()  # before the checkpoint's hparams
+
+    def _keep_integer_limits(self, args) -> None:
+        """Integers given for the ``Trainer``'s int-or-float settings stay integers.
+
+        ``typing`` caches unions up to the order of their members, so once anything (rich) has
+        built ``Optional[Union[float, int]]``, the Trainer's ``Optional[Union[int, float]]`` is
+        that object and jsonargparse tries float first: ``--trainer.limit_val_batches 1``
+        became 1.0, i.e. 100% of the batches. The value as written (command line, then config
+        files) decides here, and :meth:`instantiate_trainer` passes the integers on.
+        """
+        import yaml
+
+        self._integer_limits: dict[str, int] = {}
+        sub = self.config.get("subcommand")
+        config = self.config.get(sub) if sub else self.config
+        if config is None or config.get("trainer") is None:
+            return
+        args = list(args or [])
+        for key in INT_OR_FLOAT_TRAINER_ARGS:
+            flag, written = f"--trainer.{key}", None
+            for i, arg in enumerate(args):
+                if arg == flag and i + 1 < len(args):
+                    written = args[i + 1]
+                elif arg.startswith(flag + "="):
+                    written = arg.split("=", 1)[1]
+            if written is None:  # the last config file that sets it
+                for path in [c for c in config.get("config") or [] if c is not None]:
+                    try:
+                        trainer = (yaml.safe_load(Path(str(path)).read_text()) or {}).get("trainer")
+                    except (OSError, yaml.YAMLError, AttributeError):
+                        continue
+                    if isinstance(trainer, dict) and key in trainer:
+                        written = str(trainer[key])
+            value = config["trainer"].get(key)
+            if written is not None and written.strip().isdigit() and isinstance(value, float):
+                self._integer_limits[key] = int(value)
+
+    def instantiate_trainer(self, **kwargs):
+        return super().instantiate_trainer(**{**getattr(self, "_integer_limits", {}), **kwargs})
 
     def before_instantiate_classes(self) -> None:
         used = self._model_init_args()
+        init_args = self._model_init_args(namespace=True)
+        for key in CKPT_PATH_HONOURED:  # not part of the model: the command line's value wins
+            if key in self._requested_model and init_args is not None:
+                init_args[key] = used[key] = self._requested_model[key]
         dropped = {
             k: (v, used.get(k)) for k, v in self._requested_model.items() if used.get(k) != v
         }
@@ -96,10 +156,13 @@ class ZooCLI(LightningCLI):
                 stacklevel=1,
             )
 
-    def _model_init_args(self) -> dict:
+    def _model_init_args(self, namespace: bool = False):
+        """The model's init_args as a dict (``namespace``: the config's Namespace, or None)."""
         config = self.config.get(self.config.get("subcommand") or "", self.config)
         model = config.get("model") if config is not None else None
         init_args = getattr(model, "init_args", None)
+        if namespace:
+            return init_args
         return dict(vars(init_args)) if init_args is not None else {}
 
 
@@ -115,6 +178,46 @@ def _quiet_warnings() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
+def packaged_recipes() -> dict[str, Path]:
+    """The recipes shipped inside the package: ``{"transformer_lm/pg19mini_v1": path}``."""
+    import importlib.resources
+
+    root = Path(str(importlib.resources.files("zoo").joinpath("recipes")))
+    return {str(p.relative_to(root).with_suffix("")): p for p in sorted(root.glob("*/*.yaml"))}
+
+
+def with_packaged_config(args: list[str]) -> list[str]:
+    """``args`` with each ``--config`` value that is not a file replaced by the packaged recipe it
+    names (``recipes/transformer_lm/pg19mini_v1.yaml`` or ``transformer_lm/pg19mini_v1``), so
+    recipes work from an installed wheel as from a clone.
+
+    Raises:
+        ConfigError: neither a file nor a packaged recipe (close names suggested).
+    """
+    from zoo.config import suggest
+    from zoo.errors import ConfigError
+
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            key, value, at = arg, out[i + 1], i + 1
+        elif arg.startswith("--config="):
+            key, value, at = "--config", arg.split("=", 1)[1], i
+        else:
+            continue
+        if Path(value).is_file():
+            continue
+        name = value.removeprefix("recipes/").removesuffix(".yaml")
+        recipes = packaged_recipes()
+        if name not in recipes:
+            raise ConfigError(
+                f"{key} {value}: no such file, and no packaged recipe of that name."
+                f"{suggest(name, recipes)} Packaged recipes: {', '.join(recipes)}."
+            )
+        out[at] = str(recipes[name]) if at == i + 1 else f"--config={recipes[name]}"
+    return out
+
+
 def run_lightning(args: list[str]) -> None:
     from lightning import LightningDataModule, LightningModule
 
@@ -127,11 +230,31 @@ def run_lightning(args: list[str]) -> None:
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        args=args,
+        args=with_packaged_config(args),
         trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
     )
+
+
+# what each task's checkpoints are, and the command that uses them
+TASK_COMMANDS = {
+    "CausalLM": "a language model: use `zoo generate`",
+    "ImageLM": "an image model: use `zoo sample`",
+    "Translation": "a translation model: use `zoo translate`",
+}
+
+
+def _checkpoint_task(path: Path) -> str | None:
+    """The zoo task a Lightning checkpoint was saved from (its ``_class_path``), read without
+    running any of its code; ``None`` if it does not say."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        class_path = ckpt["hyper_parameters"]["_class_path"]
+    except Exception:
+        return None
+    name = str(class_path).rsplit(".", 1)[-1]
+    return name if name in TASK_COMMANDS else None
 
 
 def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
@@ -156,6 +279,11 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
         try:
             module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
         except Exception as e:
+            saved = _checkpoint_task(path)
+            if saved is not None and saved != task:
+                raise CheckpointError(
+                    f"{checkpoint} is a checkpoint of {saved}, {TASK_COMMANDS[saved]}."
+                ) from None
             raise CheckpointError(
                 f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
             ) from None
@@ -169,6 +297,34 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
     return model
 
 
+def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
+    """``device`` if this machine has it; else exit 2 with a one-line error naming what it has."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        parser.exit(
+            2, f"{parser.prog}: error: --device {device!r} is not a device (cpu, cuda, cuda:1)\n"
+        )
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }.get(kind, False)
+    if not available:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --device {device}: this machine has no {kind} device "
+            f"(torch {torch.__version__}); use --device cpu\n",
+        )
+    return device
+
+
+def prompt_bytes(text: str) -> bytes:
+    """The bytes of a command-line argument as the user typed them: Python decodes arguments
+    with ``surrogateescape``, so bytes that are not UTF-8 come back unchanged."""
+    return os.fsencode(text)
+
+
 def generate_main(args: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="zoo generate", description="Sample text from a trained model."
@@ -179,7 +335,10 @@ def generate_main(args: list[str]) -> None:
         help="a .ckpt from `zoo fit`, a published checkpoint (`zoo list`), a Hub repo id or a "
         "save_pretrained directory",
     )
-    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", default="\n", help="text to continue (default: a newline); "
+                        "any bytes, UTF-8 or not: the models are byte-level")  # fmt: skip
+    source.add_argument("--prompt-file", help="continue the bytes of this file instead")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None)
@@ -197,12 +356,25 @@ def generate_main(args: list[str]) -> None:
     from zoo.data.text import ByteTokenizer
     from zoo.generation import generate
 
+    if ns.prompt_file is not None:
+        if not Path(ns.prompt_file).is_file():
+            parser.exit(2, f"zoo generate: error: --prompt-file {ns.prompt_file} does not exist\n")
+        data = Path(ns.prompt_file).read_bytes()
+    else:
+        data = prompt_bytes(ns.prompt)
+    if not data:
+        parser.exit(2, "zoo generate: error: the prompt is empty: give at least one byte to "
+                    "continue (the default prompt is a newline)\n")  # fmt: skip
+    if ns.num_samples < 1 or ns.max_new_tokens < 0:
+        parser.exit(2, "zoo generate: error: --num-samples must be >= 1 and --max-new-tokens "
+                    f">= 0, got {ns.num_samples} and {ns.max_new_tokens}\n")  # fmt: skip
+    checked_device(parser, ns.device)
     try:
         model = load_model(ns.checkpoint, ns.device)
     except ZooError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     tokenizer = ByteTokenizer()
-    prompt = torch.tensor([tokenizer.encode(ns.prompt)] * ns.num_samples, device=ns.device)
+    prompt = torch.tensor([list(data)] * ns.num_samples, device=ns.device)
     generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
     try:
         out = generate(
@@ -252,6 +424,10 @@ def sample_main(args: list[str]) -> None:
 
     if ns.dataset not in IMAGE_DATASETS:
         parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
+    if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
+        parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
+                    "one of them > 0\n")  # fmt: skip
+    checked_device(parser, ns.device)
     shape = IMAGE_DATASETS[ns.dataset][0]
     model = load_model(ns.checkpoint, ns.device, task="ImageLM")
     generator = torch.Generator(ns.device).manual_seed(ns.seed)
@@ -304,11 +480,19 @@ def translate_main(args: list[str]) -> None:
 
     if ns.input is not None and not Path(ns.input).is_file():
         parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
+    checked_device(parser, ns.device)
     try:
         model = load_model(ns.checkpoint, ns.device, task="Translation")
     except ZooError as e:
         parser.exit(2, f"zoo translate: error: {e}\n")
-    text = Path(ns.input).read_text(encoding="utf-8") if ns.input else sys.stdin.read()
+    raw = Path(ns.input).read_bytes() if ns.input else _stdin_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        parser.exit(2, f"zoo translate: error: {ns.input or 'stdin'} is not UTF-8 text (byte "
+                    f"0x{raw[e.start]:02x} on line {line}): the tokenizer takes UTF-8; convert it, "
+                    "e.g. with iconv\n")  # fmt: skip
     sentences = text.splitlines()
     try:
         out = translate(
@@ -323,6 +507,11 @@ def translate_main(args: list[str]) -> None:
         Path(ns.output).write_text(result, encoding="utf-8")
     else:
         sys.stdout.write(result)
+
+
+def _stdin_bytes() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)  # a StringIO (tests) has no bytes underneath
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
 
 
 def average_main(args: list[str]) -> None:
@@ -418,8 +607,17 @@ def zoo_error(exc: BaseException) -> ZooError | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``zoo`` console script; zoo errors exit with status 2 and their message."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         _main(list(sys.argv[1:] if argv is None else argv))
+    except SIGTERMException:  # a SystemExit with status 0: the run did not finish
+        print(
+            "zoo: stopped by SIGTERM; the run saved its checkpoint (interrupted.ckpt beside its "
+            "others, with OnExceptionCheckpoint): resume with --ckpt_path .../interrupted.ckpt",
+            file=sys.stderr,
+        )
+        sys.exit(128 + signal.SIGTERM)
     except Exception as e:
         cause = zoo_error(e)
         if cause is None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from typing import Any, Literal, Self
 
 from zoo.errors import ConfigError
 
-__all__ = ["ModelConfig", "suggest"]
+__all__ = ["ModelConfig", "require_positive", "suggest"]
 
 
 def suggest(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
@@ -23,6 +24,66 @@ def suggest(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
     if not close:
         return ""
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def require_positive(owner: str, minimum: int = 1, **values: Any) -> None:
+    """Raise :class:`ConfigError` unless each of ``values`` (``None`` skipped) is an integer
+    ``>= minimum``: ``owner`` names whose argument it is in the message."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ConfigError(f"{owner}: {key} must be {what}, got {value!r}")
+
+
+def _checked(name: str, hint: Any, value: Any) -> Any:
+    """``value`` checked against the type ``hint`` of field ``name``: ints, floats, bools, strings,
+    literals, optionals, unions and tuples (a list, as JSON gives it, becomes a tuple; an int for a
+    float becomes a float). Other hints are not checked.
+
+    Raises:
+        ConfigError: ``value`` is not of that type (``n_layers=4.0``, ``n_layers='4'``).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{name}={value!r} is not one of {args}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return value
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _checked(name, arg, value)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{name}={value!r} must be {_describe(hint)}")
+    if hint in (int, float, bool, str):
+        ok = isinstance(value, hint) and not (hint is not bool and isinstance(value, bool))
+        if hint is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not ok:
+            raise ConfigError(f"{name}={value!r} must be {_describe(hint)}")
+        return value
+    if origin is tuple and isinstance(value, list | tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_checked(name, args[0], v) for v in value)
+        if args and len(args) != len(value):
+            return tuple(value)  # the length: the family's own check says what it must be
+        return tuple(_checked(name, a, v) for a, v in zip(args, value, strict=True))
+    if origin is tuple:
+        raise ConfigError(f"{name}={value!r} must be {_describe(hint)}")
+    return value
+
+
+def _describe(hint: Any) -> str:
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if hint in names:
+        return names[hint]
+    return "of type " + str(hint).replace("typing.", "").replace("NoneType", "None")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +96,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
-            hint, value = hints[f.name], getattr(self, f.name)
-            if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
-                raise ConfigError(f"{f.name}={value!r} is not one of {typing.get_args(hint)}")
+            value = getattr(self, f.name)
+            checked = _checked(f.name, hints[f.name], value)
+            if checked is not value:  # an int for a float, a JSON list for a tuple
+                object.__setattr__(self, f.name, checked)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ __all__ = [
     "DataNotFoundError",
     "HubError",
     "RegistryError",
+    "SequenceTooLongError",
     "UnknownModelError",
     "ZooError",
 ]
@@ -37,20 +38,32 @@ class CheckpointError(ZooError, RuntimeError):
     """A checkpoint on disk is missing, corrupt, or does not match its config."""
 
 
+class SequenceTooLongError(ZooError, ValueError):
+    """An input (with the cache) is longer than the model's ``max_seq_len``."""
+
+
 class DataNotFoundError(ZooError, FileNotFoundError):
     """A data set could not be found locally and could not be downloaded."""
 
 
 class ChecksumError(CheckpointError):
-    """A checkpoint file's sha256 differs from the one ``checkpoints.yaml`` registers.
+    """A checkpoint file's sha256 differs from the one recorded for it: in ``checkpoints.yaml``
+    (published checkpoints) or in the folder's ``manifest.json`` (``save_pretrained``).
 
     Attributes: ``path`` (the file), ``expected`` and ``actual`` (hex sha256 digests).
     """
 
-    def __init__(self, path: str, expected: str, actual: str, hint: str = "") -> None:
+    def __init__(
+        self,
+        path: str,
+        expected: str,
+        actual: str,
+        hint: str = "",
+        recorded_in: str = "checkpoints.yaml registers",
+    ) -> None:
         self.path, self.expected, self.actual = path, expected, actual
         super().__init__(
-            f"checksum mismatch for {path}: checkpoints.yaml registers sha256 {expected}, "
+            f"checksum mismatch for {path}: {recorded_in} sha256 {expected}, "
             f"the file has {actual}. The file is truncated, corrupt or was changed; nothing was "
             f"loaded.{(' ' + hint) if hint else ''}"
         )

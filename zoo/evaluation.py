@@ -51,8 +51,14 @@ def find_checkpoint(source: str | os.PathLike) -> Path | None:
     """The Lightning checkpoint a run or ``.ckpt`` path names, or ``None`` for other sources.
 
     A run directory (``runs/<family>/<dataset>``) gives ``checkpoints/best.ckpt`` (else ``last.ckpt``).
+    Only explicit paths count (:func:`zoo.pretrained.explicit_path`): a bare name is a published
+    checkpoint even if a same-named folder is here.
     """
-    path = Path(source)
+    from zoo.pretrained import explicit_path
+
+    path = explicit_path(source)
+    if path is None:
+        return None
     if path.is_file() and path.suffix == ".ckpt":
         return path
     for name in ("best.ckpt", "last.ckpt"):

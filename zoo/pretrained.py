@@ -9,13 +9,22 @@ Loading checks every tensor name and shape against the model the config describe
 file or a config that does not match its weights gives a :class:`~zoo.errors.CheckpointError`
 saying which, never a stack trace from deep in torch. Writes go to a temporary file renamed into
 place, so an interrupted save never leaves a half-written checkpoint under the final name.
+
+Integrity: ``save_pretrained`` also writes ``manifest.json``, the sha256 of every other file it
+wrote. Loading a folder checks it (a mismatch is a :class:`~zoo.errors.ChecksumError` naming the file
+and both hashes, and nothing is loaded); a folder without one loads with an
+:class:`UnverifiedWeightsWarning`. Published checkpoints are checked against ``checkpoints.yaml``
+instead. A bare name always means a published checkpoint or a Hub repo id, never a same-named folder
+in the working directory (see :func:`explicit_path`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,21 +37,105 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from zoo.config import ModelConfig
-from zoo.errors import CheckpointError, ConfigError, UnknownModelError
+from zoo.errors import CheckpointError, ChecksumError, ConfigError, UnknownModelError
 from zoo.registry import get_model_class
 
 __all__ = [
     "CONFIG_NAME",
+    "MANIFEST_NAME",
     "TOKENIZER_NAME",
     "WEIGHTS_NAME",
     "PretrainedMixin",
+    "UnverifiedWeightsWarning",
+    "explicit_path",
     "from_pretrained",
     "load_tokenizer",
+    "sha256_file",
+    "verify_manifest",
 ]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_NAME = "tokenizer.json"  # only for models with a subword tokenizer
+MANIFEST_NAME = "manifest.json"  # sha256 of the other files, written last by save_pretrained
+
+
+class UnverifiedWeightsWarning(UserWarning):
+    """A local folder was loaded without a ``manifest.json`` to check its files against."""
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def explicit_path(source: str | os.PathLike) -> Path | None:
+    """``source`` as a local path if it names one explicitly, else ``None`` (a name).
+
+    Explicit: any ``os.PathLike`` (``pathlib.Path``), or a string that starts with ``/``, ``./``,
+    ``../`` or ``~``, ends with ``/`` or ``.ckpt``, or holds more than one ``/`` or a ``\\``. Anything else
+    (``transformer_lm_small.pg19mini``, ``ns/repo``) is a published checkpoint or a Hub repo id and
+    never resolves to a same-named folder in the working directory, so a folder dropped there cannot
+    stand in for verified weights.
+    """
+    if isinstance(source, os.PathLike):
+        return Path(source).expanduser()
+    text = str(source)
+    explicit = (
+        text.startswith(("/", "./", "../", "~", ".\\", "..\\"))
+        or text in (".", "..")
+        or text.count("/") > 1
+        or "\\" in text
+        or text.endswith((".ckpt", "/"))
+    )
+    return Path(text).expanduser() if explicit else None
+
+
+def verify_manifest(directory: str | os.PathLike) -> bool:
+    """Check ``directory``'s files against its ``manifest.json``; ``False`` if it has none.
+
+    Every file the manifest lists must exist with its sha256, and every loadable file present
+    (config, weights, tokenizer) must be listed.
+
+    Raises:
+        ChecksumError: a file's sha256 differs from the manifest's (both hashes named).
+        CheckpointError: the manifest is unreadable, or lists a missing file or omits one present.
+    """
+    directory = Path(directory)
+    manifest = directory / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        recorded = json.loads(manifest.read_text())["sha256"]
+        assert isinstance(recorded, dict)
+    except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
+        raise CheckpointError(
+            f"{manifest} is not a valid manifest (a JSON object with a 'sha256' table): re-save "
+            "the model with save_pretrained."
+        ) from None
+    present = {f for f in (CONFIG_NAME, WEIGHTS_NAME, TOKENIZER_NAME) if (directory / f).is_file()}
+    unlisted = sorted(present - recorded.keys())
+    if unlisted:
+        raise CheckpointError(
+            f"{directory} has {unlisted} but its {MANIFEST_NAME} does not list them: the folder "
+            "was changed after save_pretrained; re-save the model."
+        )
+    for name, expected in sorted(recorded.items()):
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path} is missing although {MANIFEST_NAME} lists it: copy the whole folder."
+            )
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ChecksumError(
+                str(path), expected, actual, recorded_in=f"its {MANIFEST_NAME} records"
+            )
+    return True
 
 
 @contextmanager
@@ -74,7 +167,8 @@ class PretrainedMixin:
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed),
-        and ``tokenizer.json`` when the model has a ``tokenizer``.
+        ``tokenizer.json`` when the model has a ``tokenizer``, and last ``manifest.json``, the
+        sha256 of each, which :func:`from_pretrained` checks.
 
         Returns the directory. Tensors are saved in their current dtype.
         """
@@ -96,6 +190,10 @@ class PretrainedMixin:
                 tokenizer.save(str(tmp))
         with atomic_path(directory / CONFIG_NAME) as tmp:
             tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        written = [CONFIG_NAME, WEIGHTS_NAME] + ([TOKENIZER_NAME] if tokenizer is not None else [])
+        manifest = {"sha256": {f: sha256_file(directory / f) for f in written}}
+        with atomic_path(directory / MANIFEST_NAME) as tmp:
+            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         return directory
 
     def num_parameters(self) -> int:
@@ -207,41 +305,58 @@ def from_pretrained(
     Args:
         name_or_path: a published checkpoint (``"transformer_lm_small.pg19mini"``, see ``zoo list``;
             a bare model name works when it has one checkpoint), a Hub repo id (``"ns/name"``,
-            optionally ``"ns/name@revision"``), or a local directory written by ``save_pretrained``.
+            optionally ``"ns/name@revision"``), or a local directory written by ``save_pretrained``,
+            named explicitly (a ``Path``, ``./name``, an absolute path: see :func:`explicit_path`;
+            a bare name never loads a same-named folder).
         revision: a Hub branch, tag or commit for a repo id (published names are pinned).
         device: where to put the model (default: CPU).
         dtype: cast floating-point weights to this dtype (default: as saved, fp32).
         cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
         force_download: download again even if the files are cached or shipped.
 
-    Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``;
+    Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``, and
+    other folders against their ``manifest.json`` (a folder without one loads with an
+    :class:`UnverifiedWeightsWarning`);
     the copy shipped in the repository (``checkpoints/<name>/``) is used when it matches, the Hub
     (through the Hugging Face cache, respecting ``HF_HUB_OFFLINE``) otherwise (:mod:`zoo.hub`).
-    A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it.
+    A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it. The model
+    is built on the CPU with real tensors even inside ``with torch.device("meta")`` (then moved to
+    ``device``).
 
     Raises:
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
-        ChecksumError: a file differs from its registered sha256 (nothing is loaded).
+        ChecksumError: a file differs from its registered (or manifest) sha256; nothing is loaded.
         HubError: the Hub refused or is unreachable and nothing usable is cached.
         CheckpointError: missing files, a corrupt weights or tokenizer file, or weights (or a
             tokenizer) that do not match the config.
     """
-    from zoo.hub.download import resolve
+    local = explicit_path(name_or_path)
+    if local is not None:
+        if not local.is_dir():
+            raise CheckpointError(
+                f"{str(name_or_path)!r} is not a directory. from_pretrained takes a directory "
+                f"written by model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME}), a "
+                "published checkpoint name (`zoo list`) or a Hub repo id."
+            )
+        directory, entry = local, None
+    else:
+        from zoo.hub.download import resolve
 
-    path = str(name_or_path)
-    # not a name or "ns/repo" but a path: then it must be a directory
-    is_path = path.count("/") > 1 or path.startswith(("/", ".", "~")) or "\\" in path
-    if is_path and not Path(path).is_dir():
-        raise CheckpointError(
-            f"{path!r} is not a directory. from_pretrained takes a directory written by "
-            f"model.save_pretrained (holding {CONFIG_NAME} and {WEIGHTS_NAME}), a published "
-            "checkpoint name (`zoo list`) or a Hub repo id."
+        directory, entry = resolve(
+            name_or_path, revision, cache_dir=cache_dir, force_download=force_download
         )
-    directory, _ = resolve(
-        name_or_path, revision, cache_dir=cache_dir, force_download=force_download
-    )
+    unverified = entry is None and not verify_manifest(directory)  # published: checkpoints.yaml
+    if unverified and (directory / CONFIG_NAME).is_file():
+        warnings.warn(
+            f"{directory} has no {MANIFEST_NAME}: its files are unverified (a folder saved "
+            "before manifests existed, or not by save_pretrained). Re-save it with "
+            "model.save_pretrained to record their sha256.",
+            UnverifiedWeightsWarning,
+            stacklevel=2,
+        )
     cls, config = _read_config(directory / CONFIG_NAME)
-    model = cls(config)
+    with torch.device("cpu"):  # real tensors even inside `with torch.device("meta")`
+        model = cls(config)
     load_weights(model, directory / WEIGHTS_NAME)
     if (directory / TOKENIZER_NAME).is_file():
         model.tokenizer = load_tokenizer(directory / TOKENIZER_NAME, config.vocab_size)

@@ -33,6 +33,12 @@ _MODEL_CLASSES: dict[str, type[nn.Module]] = {}
 _PRESETS: dict[str, Preset] = {}
 
 
+def _registered() -> None:
+    """Import the model families, which register their classes and presets (``import zoo`` is
+    lazy, so the registry fills on first use)."""
+    import zoo.models  # noqa: F401
+
+
 @dataclass(frozen=True)
 class Preset:
     """A named model configuration."""
@@ -73,6 +79,7 @@ def get_preset(name: str) -> Preset:
     Raises:
         UnknownModelError: no such preset; the message suggests close names.
     """
+    _registered()
     try:
         return _PRESETS[name]
     except KeyError:
@@ -84,6 +91,7 @@ def get_preset(name: str) -> Preset:
 
 def get_model_class(model_type: str) -> type[nn.Module]:
     """The model class registered under ``model_type`` (as written in ``config.json``)."""
+    _registered()
     try:
         return _MODEL_CLASSES[model_type]
     except KeyError:
@@ -108,6 +116,7 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
 def list_models(pattern: str | None = None) -> list[str]:
     """Sorted names of registered presets, optionally filtered by a glob ``pattern``."""
+    _registered()
     names = sorted(_PRESETS)
     if pattern is not None:
         names = [n for n in names if fnmatch.fnmatchcase(n, pattern)]

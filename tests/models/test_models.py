@@ -93,7 +93,11 @@ def test_causality(name):
 def test_save_load_round_trip_is_bit_identical(name, tmp_path):
     model = tiny_model(name).eval()
     model.save_pretrained(tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} == {"config.json", "model.safetensors"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "manifest.json",
+    }
     loaded = zoo.from_pretrained(tmp_path)
     assert type(loaded) is type(model) and loaded.config == model.config
     assert not loaded.training
@@ -121,3 +125,43 @@ def test_cached_decoding_matches_full_forward(name):
         pieces.append(model(idx[:, t : t + 1], cache))
     pieces.append(model(idx[:, T - 4 :], cache))
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-5, atol=1e-5)
+
+
+# the logits' tolerance against fp32 per dtype (tiny models, logits of order 1-10)
+DTYPE_ATOL = {torch.bfloat16: 0.5, torch.float16: 0.1, torch.float64: 1e-4}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_ATOL), ids=str)
+@pytest.mark.parametrize("name", MODELS)
+def test_every_dtype_runs_forward_and_cached_decoding(name, dtype):
+    """``.to(dtype)`` works for every family: logits in that dtype, close to fp32's, and cached
+    decoding agrees with the full forward; state that must stay fp32 (centroids) stays fp32."""
+    model = tiny_model(name, strictly_causal=True).eval()
+    idx = torch.randint(0, model.config.vocab_size, (2, 21))
+    ref = model(idx)
+    model.to(dtype)
+    logits = model(idx)
+    assert logits.dtype == dtype
+    assert torch.isfinite(logits).all()
+    torch.testing.assert_close(logits.float(), ref, rtol=0, atol=DTYPE_ATOL[dtype])
+    for buffer_name, buffer in model.named_buffers():
+        if buffer_name.endswith("centroids"):
+            assert buffer.dtype == torch.float32, buffer_name
+    if hasattr(model, "init_cache"):
+        cache = model.init_cache(2)
+        pieces = [model(idx[:, :5], cache)] + [
+            model(idx[:, t : t + 1], cache) for t in range(5, 21)
+        ]
+        decoded = torch.cat(pieces, 1)
+        assert decoded.dtype == dtype
+        torch.testing.assert_close(decoded.float(), logits.float(), rtol=0, atol=DTYPE_ATOL[dtype])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_eval_is_repeatable_and_leaves_the_global_rng_alone(name):
+    model = tiny_model(name).eval()  # random routing stays random here
+    idx = torch.randint(0, model.config.vocab_size, (2, model.config.max_seq_len))
+    state = torch.random.get_rng_state()
+    first, second = model(idx), model(idx)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(first, second)

@@ -113,6 +113,15 @@ class SphericalKMeans(nn.Module):
         if prefix + "centroids" in state_dict:
             self.needs_init = False  # trained centroids: never refit them
 
+    def _apply(self, fn, recurse=True):
+        """``.to(dtype)``, ``.half()`` etc. move the centroids but keep them fp32: the EMA steps of
+        ``(1 - decay) = 1e-3`` vanish in bf16 / fp16, so they stay fp32 in every model dtype."""
+        centroids = self.centroids
+        super()._apply(fn, recurse)
+        if self.centroids.dtype != centroids.dtype:
+            self.centroids = centroids.to(device=self.centroids.device)
+        return self
+
     def extra_repr(self) -> str:
         H, k, D = self.centroids.shape
         return (
@@ -261,6 +270,9 @@ class RoutingSelfAttention(nn.Module):
             heads stay purely content-based: turning their queries before the k-means would make
             the clusters depend on position.
         bias: biases in the projections.
+        seed: ``"random"`` routing in eval mode draws from its own generator seeded with
+            ``(seed, T)``, so evaluation is repeatable and leaves the global RNG alone (models
+            pass the layer index); training draws from the global RNG, like dropout.
 
     Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
     """
@@ -282,6 +294,7 @@ class RoutingSelfAttention(nn.Module):
         max_relative_position: int = 0,
         rotary: bool = False,
         bias: bool = True,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -293,7 +306,7 @@ class RoutingSelfAttention(nn.Module):
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.n_local, self.n_routing = n_local_heads, n_heads - n_local_heads
         self.window, self.routing, self.causal_window = window, routing, causal_window
-        self.shared_qk = shared_qk
+        self.shared_qk, self.seed = shared_qk, seed
         width = 3 * self.n_local + (2 if shared_qk else 3) * self.n_routing
         self.qkv = nn.Linear(d_model, width * self.d_head, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
@@ -400,7 +413,10 @@ class RoutingSelfAttention(nn.Module):
         n_clusters = self.kmeans.centroids.shape[1]
         w = math.ceil(T / n_clusters)
         if self.routing == "random":
-            scores = torch.rand(B, h, n_clusters, T, device=q.device)
+            generator = None  # training: the global RNG, like dropout
+            if not self.training:
+                generator = torch.Generator(q.device).manual_seed(self.seed * 1_000_003 + T)
+            scores = torch.rand(B, h, n_clusters, T, device=q.device, generator=generator)
         else:
             scores = self.kmeans.scores(q)  # (B, h, k, T)
         q_idx = scores.topk(w, -1).indices.sort(-1).values  # (B, h, k, w)

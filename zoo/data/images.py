@@ -46,6 +46,7 @@ from rich.progress import track
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.config import require_positive
 from zoo.data.text import _download, _find, _not_found, cache_dir
 from zoo.errors import ConfigError, DataNotFoundError
 
@@ -338,6 +339,11 @@ class ImageDataModule(LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        require_positive(
+            "ImageDataModule", val_size=val_size, batch_size=batch_size,
+            eval_batch_size=eval_batch_size, limit_train=limit_train, limit_eval=limit_eval,
+        )  # fmt: skip
+        require_positive("ImageDataModule", 0, num_workers=num_workers)
         if dataset not in IMAGE_DATASETS:
             raise ConfigError(
                 f"unknown image data set {dataset!r}; choose one of {sorted(IMAGE_DATASETS)}"

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 from lightning import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from zoo.config import require_positive
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -119,9 +120,10 @@ def _download(url: str, dest: Path) -> Path:
 def _not_found(dataset: str, names: Sequence[str], data_dir, hint: str) -> DataNotFoundError:
     looked = ", ".join(str(d / dataset) for d in search_dirs(data_dir))
     return DataNotFoundError(
-        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point data_dir "
-        "(--data.init_args.data_dir) or the ZOO_DATA_DIR environment variable at a directory holding "
-        f"{dataset}/, or pass download=True to fetch it from its public home."
+        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point the ZOO_DATA_DIR "
+        f"environment variable or the data directory (zoo evaluate: --data-dir; zoo fit: "
+        f"--data.init_args.data_dir) at a directory holding {dataset}/, or fetch it from its "
+        "public home (zoo fit: --data.init_args.download true; Python: download=True)."
     )
 
 
@@ -290,6 +292,42 @@ class RandomWindows(Dataset):
         return chunk[:-1], chunk[1:]
 
 
+class ResumableOrder(Sampler[int]):
+    """The order of the training windows: a permutation of ``range(n)`` drawn from
+    ``(seed, epoch)`` alone, entered ``start`` indices in on the first epoch iterated.
+
+    A resumed run passes ``start`` = the windows its steps have already consumed, so it continues
+    with exactly the batches an uninterrupted run would see (Lightning calls ``set_epoch``).
+    """
+
+    def __init__(self, n: int, seed: int = 0, start: int = 0) -> None:
+        self.n, self.seed, self.start, self.epoch = n, seed, start, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        order = torch.randperm(self.n, generator=g).tolist()
+        start, self.start = self.start, 0
+        return iter(order[start:])
+
+    def __len__(self) -> int:
+        return self.n - self.start
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader whose position comes from the trainer's step count (see
+    :class:`ResumableOrder`), so it needs no state of its own; ``state_dict`` tells Lightning
+    that it resumes mid-epoch correctly."""
+
+    def state_dict(self) -> dict:
+        return {"order": "ResumableOrder, positioned by the global step"}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass
+
+
 class EvalWindows(Dataset):
     """Non-overlapping windows covering every scored byte of every document exactly once.
 
@@ -369,6 +407,11 @@ class ByteTextDataModule(LightningDataModule):
         seq_len_warmup_start: int = 256,
     ) -> None:
         super().__init__()
+        require_positive(
+            "ByteTextDataModule", seq_len=seq_len, batch_size=batch_size,
+            eval_batch_size=eval_batch_size, train_samples_per_epoch=train_samples_per_epoch,
+        )  # fmt: skip
+        require_positive("ByteTextDataModule", 0, num_workers=num_workers)
         if seq_len_warmup_steps < 0 or seq_len_warmup_start <= 0:
             raise ConfigError(
                 "seq_len_warmup_steps must be >= 0 and seq_len_warmup_start positive, got "
@@ -490,14 +533,31 @@ class ByteTextDataModule(LightningDataModule):
         seq_len = self._resolve_seq_len()
         n = self.train_samples_per_epoch or max(1, len(stream) // seq_len)
         ds = RandomWindows(stream, seq_len, n, seed=self.seed)
-        return DataLoader(
+        order = ResumableOrder(n, seed=self.seed, start=self._windows_done(n))
+        return ResumableLoader(
             ds,
             batch_size=self.batch_size,
-            shuffle=True,
+            sampler=order,
             drop_last=True,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+    def _windows_done(self, n: int) -> int:
+        """Windows of the current epoch that a resumed run's optimizer steps already trained on
+        (0 for a fresh run)."""
+        trainer = self.trainer
+        if trainer is None or not trainer.global_step:
+            return 0
+        per_epoch = n // self.batch_size
+        limit = trainer.limit_train_batches
+        if isinstance(limit, int):
+            per_epoch = min(per_epoch, limit)
+        elif isinstance(limit, float) and limit < 1.0:
+            per_epoch = int(per_epoch * limit)
+        done = trainer.global_step * trainer.accumulate_grad_batches
+        done -= trainer.current_epoch * per_epoch
+        return max(0, min(done, per_epoch)) * self.batch_size
 
     def _eval_loader(self, split: Split) -> DataLoader:
         ds = EvalWindows(self.splits[split], self._resolve_seq_len())

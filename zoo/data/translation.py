@@ -41,6 +41,7 @@ from lightning import LightningDataModule
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch.utils.data import DataLoader, Sampler
 
+from zoo.config import require_positive
 from zoo.data.text import _download, _find, _not_found, cache_dir
 from zoo.errors import ConfigError, DataNotFoundError
 
@@ -301,6 +302,11 @@ class TranslationDataModule(LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        require_positive(
+            "TranslationDataModule", vocab_size=vocab_size, max_tokens=max_tokens,
+            eval_batch_size=eval_batch_size, max_length=max_length,
+        )  # fmt: skip
+        require_positive("TranslationDataModule", 0, num_workers=num_workers)
         self.save_hyperparameters()
         self.tokenizer: Tokenizer | None = None
         self.splits: dict[str, Dataset] = {}

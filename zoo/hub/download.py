@@ -14,7 +14,6 @@ A Hub repo id that is not in the registry is downloaded with ``snapshot_download
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from collections.abc import Iterable
@@ -31,8 +30,9 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from zoo.errors import ChecksumError, ConfigError, HubError
+from zoo.errors import ChecksumError, ConfigError, HubError, UnknownModelError
 from zoo.hub.registry import CheckpointEntry, Registry, load_registry
+from zoo.pretrained import explicit_path, sha256_file
 
 __all__ = [
     "LOAD_FILES",
@@ -46,21 +46,13 @@ __all__ = [
 ]
 
 LOAD_FILES = ("config.json", "model.safetensors")  # what from_pretrained needs
-OPTIONAL_FILES = ("tokenizer.json",)  # loaded too when a checkpoint has them (translation models)
+# loaded too when a checkpoint has them: translation models' tokenizer; save_pretrained's manifest
+OPTIONAL_FILES = ("tokenizer.json", "manifest.json")
 
 
 def load_files(entry: CheckpointEntry) -> tuple[str, ...]:
     """The files of ``entry`` that ``from_pretrained`` reads."""
     return LOAD_FILES + tuple(f for f in OPTIONAL_FILES if f in entry.files)
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def endpoint() -> str | None:
@@ -87,7 +79,7 @@ def weights_source(entry: CheckpointEntry, registry: Registry | None = None) -> 
     if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
         return "repository copy"
     if entry.revision is None:
-        return "not available (no verified copy; not pushed to the Hub)"
+        return f"Hub: {entry.repo_id}, default branch (revision not pinned yet; sha256-checked)"
     try:
         hf_hub_download(
             entry.repo_id, "model.safetensors", revision=entry.revision, local_files_only=True
@@ -104,7 +96,27 @@ def _no_copy_hint(entry: CheckpointEntry) -> str:
     )
 
 
-def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool) -> Path:
+def _offline_hint(entry: CheckpointEntry, registry: Registry, pulling: bool) -> str:
+    """What to do when the Hub cannot be reached: ``zoo pull`` elsewhere, or (when pulling) what
+    the shipped copy offers."""
+    if not pulling:
+        return (
+            f"Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy its HF "
+            f"cache), or unset HF_HUB_OFFLINE; the shipped copy checkpoints/{entry.name}/ is used "
+            "without network when its files are intact."
+        )
+    shipped = registry.shipped_dir / entry.name
+    if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
+        return (
+            f"Nothing is lost: the shipped copy {shipped} is intact, and "
+            f"from_pretrained({entry.name!r}) loads it without the Hub."
+        )
+    return f"There is no intact shipped copy at {shipped} either; pull where the Hub is reachable."
+
+
+def _download(
+    entry: CheckpointEntry, name: str, cache_dir, force_download: bool, hint: str = ""
+) -> Path:
     try:
         return Path(
             hf_hub_download(
@@ -124,14 +136,13 @@ def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool
         )
         raise HubError(
             f"{entry.name}: {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-            f"{why}. Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy "
-            "its HF cache), or unset HF_HUB_OFFLINE; the shipped copy "
-            f"checkpoints/{entry.name}/ is used without network when its files are intact."
+            f"{why}. {hint}"
         ) from None
     except RepositoryNotFoundError:
         raise HubError(
             f"{entry.name}: the Hub has no repository {entry.repo_id} (or it is private and your "
             "token cannot read it)."
+            + ("" if entry.revision else f" It is not pushed yet. {_no_copy_hint(entry)}")
         ) from None
     except RevisionNotFoundError:
         raise HubError(
@@ -140,7 +151,7 @@ def _download(entry: CheckpointEntry, name: str, cache_dir, force_download: bool
         ) from None
     except EntryNotFoundError:
         raise HubError(
-            f"{entry.name}: {entry.repo_id}@{entry.revision} has no file {name}."
+            f"{entry.name}: {entry.repo_id}@{entry.revision or 'main'} has no file {name}."
         ) from None
     except HfHubHTTPError as e:
         raise HubError(f"{entry.name}: downloading {name} failed: {e}") from None
@@ -206,20 +217,18 @@ def fetch(
             f"Using the Hub ({entry.repo_id}@{entry.revision[:7]}).",
             stacklevel=2,
         )
-    if entry.revision is None:
-        raise HubError(
-            f"{entry.name} has no shipped copy here and is not on the Hub yet (no revision in "
-            f"checkpoints.yaml). {_no_copy_hint(entry)}"
-        )
+    # no shipped copy: the pinned revision, or (not pinned yet) the repo's default branch; every
+    # file is checked against its registered sha256 either way
     directory = None
+    hint = _offline_hint(entry, registry, pulling=not use_shipped)
     for name in files:
-        path = _download(entry, name, cache_dir, force_download)
+        path = _download(entry, name, cache_dir, force_download, hint)
         actual = sha256_file(path)
         expected = entry.files[name]["sha256"]
         if actual != expected:
             _evict(path)
             raise ChecksumError(
-                f"{entry.repo_id}@{entry.revision}/{name}",
+                f"{entry.repo_id}@{entry.revision or 'main'}/{name}",
                 expected,
                 actual,
                 hint="The download was removed from the cache; try again, and report it if it "
@@ -275,9 +284,10 @@ def resolve(
         ConfigError: a revision other than the pinned one requested for a registry name.
         ChecksumError, HubError: see :func:`fetch`.
     """
+    local = explicit_path(name_or_path)
+    if local is not None:
+        return local, None
     text = str(name_or_path)
-    if Path(text).is_dir():
-        return Path(text), None
     name, _, at = text.partition("@")
     if at and revision and at != revision:
         raise ConfigError(f"two revisions given: {text!r} and revision={revision!r}")
@@ -285,7 +295,15 @@ def resolve(
     registry = registry or load_registry()
     entry = registry.by_repo_id(name) if "/" in name else None
     if "/" not in name:
-        entry = registry.get(name)  # raises UnknownModelError with suggestions
+        try:
+            entry = registry.get(name)  # raises UnknownModelError with suggestions
+        except UnknownModelError as e:
+            if Path(name).is_dir():
+                raise UnknownModelError(
+                    f"{e} A folder named {name!r} is here, but a bare name never loads a folder: "
+                    f"pass './{name}' (or a pathlib.Path) to load it."
+                ) from None
+            raise
     if entry is not None:
         if revision not in (None, entry.revision):
             raise ConfigError(

@@ -41,6 +41,7 @@ PUBLISHED_FILES = (
     "README.md",
     "recipe.yaml",
     "training.json",
+    "manifest.json",  # sha256 of config, weights, tokenizer: checked when loaded by repo id
     "by_position.md",  # optional: bits per byte by position in the window (zoo evaluate
     "by_position.json",  # --by-position), shown in the model card
     "by_position.png",

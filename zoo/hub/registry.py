@@ -16,6 +16,7 @@ entry's files live beside the file, in ``checkpoints/<name>/``.
 from __future__ import annotations
 
 import fnmatch
+import importlib.resources
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,6 @@ __all__ = [
     "load_registry",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 REGISTRY_FILE = "checkpoints.yaml"
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -269,8 +269,15 @@ class Registry:
 
 
 def registry_path() -> Path:
-    """``$ZOO_CHECKPOINTS`` if set, else the repository's ``checkpoints.yaml``."""
-    return Path(os.environ.get("ZOO_CHECKPOINTS") or REPO_ROOT / REGISTRY_FILE)
+    """``$ZOO_CHECKPOINTS`` if set, else the package's ``checkpoints.yaml``.
+
+    In a clone ``zoo/checkpoints.yaml`` links to the top-level file (resolved, so the shipped copies
+    in ``checkpoints/`` beside it are found); an installed wheel holds a copy and no shipped
+    weights, so those come from the Hub.
+    """
+    if os.environ.get("ZOO_CHECKPOINTS"):
+        return Path(os.environ["ZOO_CHECKPOINTS"])
+    return Path(str(importlib.resources.files("zoo").joinpath(REGISTRY_FILE))).resolve()
 
 
 def validate(data: Any, path: Path) -> None:
@@ -298,8 +305,9 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise RegistryError(
-            f"{path} does not exist. The registry ships with the repository (checkpoints.yaml at "
-            "its root); set ZOO_CHECKPOINTS to use another file."
+            f"{path} does not exist. The registry ships inside the zoo package "
+            "(zoo/checkpoints.yaml); reinstall attention-zoo, or set ZOO_CHECKPOINTS to use "
+            "another file."
         ) from None
     except yaml.YAMLError as e:
         raise RegistryError(f"{path} is not valid YAML: {e}") from None

@@ -124,7 +124,8 @@ class ImageTransformerLM(TransformerLM):
     ``init_cache``); cached decoding gathers only the keys of each new query's memory.
 
     Raises:
-        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+        SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
+            ``max_seq_len``.
     """
 
     model_type = "image_transformer_lm"

@@ -91,7 +91,8 @@ class RoutingTransformerLM(TransformerLM):
     weights and updated only in training mode.
 
     Raises:
-        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+        SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
+            ``max_seq_len``.
     """
 
     model_type = "routing_transformer_lm"
@@ -117,6 +118,7 @@ class RoutingTransformerLM(TransformerLM):
             max_relative_position=c.max_relative_position,
             rotary=c.position == "rotary",
             bias=c.bias,
+            seed=layer,
         )
 
     def context_config(self, max_seq_len: int) -> RoutingTransformerConfig:

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from zoo.attention import KVCache, LayerKVCache, MultiHeadAttention
 from zoo.config import ModelConfig
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.transformer import FeedForward, sinusoidal_positions
 from zoo.pretrained import PretrainedMixin
 from zoo.registry import register_model, register_preset
@@ -198,9 +198,10 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         c = self.config
         T = idx.shape[1]
         if start + T > c.max_seq_len:
-            raise ValueError(
+            raise SequenceTooLongError(
                 f"{what} of {start + T} tokens is longer than max_seq_len={c.max_seq_len}: "
-                "shorten it, or build the model with a larger max_seq_len."
+                "shorten it (training data: --data.init_args.max_length), or build the model "
+                "with a larger max_seq_len."
             )
         x = emb(idx) * math.sqrt(c.d_model) + self.pos_table[start : start + T].to(emb.weight.dtype)
         return self.emb_dropout(x)

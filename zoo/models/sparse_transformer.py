@@ -101,7 +101,8 @@ class SparseTransformerLM(TransformerLM):
     ``init_cache``); layer ``r`` attends through the heads groups of :meth:`build_attention`.
 
     Raises:
-        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+        SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
+            ``max_seq_len``.
     """
 
     model_type = "sparse_transformer_lm"

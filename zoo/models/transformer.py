@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from zoo.attention import CausalSelfAttention, KVCache, LayerKVCache
 from zoo.config import ModelConfig
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.pretrained import PretrainedMixin
 from zoo.registry import register_model, register_preset
 
@@ -130,7 +130,8 @@ class TransformerLM(PretrainedMixin, nn.Module):
     incrementally: ``idx`` then holds only the new positions, which start at ``cache.seq_len``.
 
     Raises:
-        ValueError: the sequence (cached + new positions) is longer than ``max_seq_len``.
+        SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
+            ``max_seq_len``.
     """
 
     model_type = "transformer_lm"
@@ -236,7 +237,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         T = idx.shape[1]
         if start + T > c.max_seq_len:
             past = f"{start} cached + {T} new" if start else f"{T}"
-            raise ValueError(
+            raise SequenceTooLongError(
                 f"sequence of {past} positions is longer than max_seq_len={c.max_seq_len}. "
                 "Pass a shorter input (or truncate the prompt), or build the model with a larger "
                 "max_seq_len."

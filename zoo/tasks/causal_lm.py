@@ -58,30 +58,62 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return f
 
 
-def _init_from(source: str, overrides: dict[str, Any]) -> torch.nn.Module:
-    """The pretrained model ``source`` with config ``overrides``, in train mode."""
+def _init_from(source: str, overrides: dict[str, Any], model: str | None = None) -> torch.nn.Module:
+    """The pretrained model ``source`` with config ``overrides``, in train mode.
+
+    Raises:
+        ConfigError: ``model`` (a preset name, with ``overrides``) describes another architecture
+            or other settings than the checkpoint's, or ``overrides`` change a weight's shape.
+    """
+    import dataclasses
+
     from zoo.pretrained import from_pretrained
+    from zoo.registry import get_preset
 
     pretrained = from_pretrained(source)
+    if model is not None:  # the recipe names a model: it must be the checkpoint's
+        preset = get_preset(model)
+        wanted = preset.config.replace(**overrides)
+        have = pretrained.config.replace(**overrides)
+        if preset.model_cls is not type(pretrained):
+            raise ConfigError(
+                f"init_from {source} is a {type(pretrained).__name__}, but the model asked for is "
+                f"{model} ({preset.model_cls.__name__}). Choose a checkpoint of that model, or "
+                "fine-tune the checkpoint's own architecture with --model.init_args.model null."
+            )
+        differ = {
+            f.name: (getattr(wanted, f.name), getattr(have, f.name))
+            for f in dataclasses.fields(wanted)
+            if getattr(wanted, f.name) != getattr(have, f.name)
+        }
+        if differ:
+            lines = ", ".join(f"{k}: {w!r} (checkpoint: {h!r})" for k, (w, h) in differ.items())
+            raise ConfigError(
+                f"init_from {source} is not the model {model} asked for ({lines}). Set those in "
+                "model_config, or fine-tune the checkpoint as it is with "
+                "--model.init_args.model null."
+            )
     if not overrides:
         return pretrained.train()
-    model = type(pretrained)(pretrained.config.replace(**overrides))
+    model_ = type(pretrained)(pretrained.config.replace(**overrides))
     try:
-        model.load_state_dict(pretrained.state_dict())
+        model_.load_state_dict(pretrained.state_dict())
     except RuntimeError as e:
         raise ConfigError(
             f"model_config {overrides} changes the shapes of {source}'s weights, so they cannot "
             f"initialise it ({str(e).splitlines()[-1].strip()}). With init_from, only override "
             "settings that keep every shape (dropout, ...)."
         ) from None
-    return model
+    return model_
 
 
 class CausalLM(LightningModule):
     """Next-token prediction for any registered decoder-only model.
 
     Args:
-        model: a registered model name (``zoo.list_models()``); ignored with ``init_from``.
+        model: a registered model name (``zoo.list_models()``; default ``transformer_lm_small``).
+            With ``init_from`` it must describe the checkpoint (a ConfigError names what
+            differs); ``None`` takes the checkpoint's architecture as it is.
         model_config: overrides of that model's config fields (unknown keys are an error).
         init_from: start from pretrained weights: a published checkpoint (``zoo list``), a Hub repo
             id or a ``save_pretrained`` directory (anything :func:`zoo.from_pretrained` takes). The
@@ -109,7 +141,7 @@ class CausalLM(LightningModule):
 
     def __init__(
         self,
-        model: str = "transformer_lm_small",
+        model: str | None = None,
         model_config: dict[str, Any] | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.1,
@@ -130,9 +162,9 @@ class CausalLM(LightningModule):
                 f"unknown sampling key(s) {sorted(unknown)}; valid: {sorted(SAMPLING_KEYS)}"
             )
         if init_from is None:
-            self.model = create_model(model, **(model_config or {}))
+            self.model = create_model(model or "transformer_lm_small", **(model_config or {}))
         else:
-            self.model = _init_from(init_from, model_config or {})
+            self.model = _init_from(init_from, model_config or {}, model)
         self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
 
     def forward(self, idx: Tensor) -> Tensor:
