@@ -51,7 +51,7 @@ DENSE256 = [  # 256 x 32 windows = the same 8,192 bytes per step as 4,096 x 2
 
 class Variant(NamedTuple):
     what: str
-    extra: list[str]  # `zoo fit` arguments; "{half}" becomes steps // 2
+    extra: list[str]  # `zoo fit` arguments; "{half}" / "{three_quarters}": that share of the steps
     recipe: str | None = None  # None: --recipe
 
 
@@ -110,6 +110,19 @@ EQUAL_BUDGET: dict[str, Variant] = {
          "--data.init_args.batch_size", "32", "--data.init_args.eval_batch_size", "16"],
         _RT + "pg19mini_local.yaml",
     ),
+    "local_staged": Variant(
+        "the local-only model, 3/4 of the steps at 256 x 32 windows, then 4,096 x 2 "
+        "(two-stage sequence-length warmup, same bytes per step)",
+        [*ROTARY, "--data.init_args.seq_len_warmup_steps", "{three_quarters}",
+         "--data.init_args.seq_len_warmup_doubling", "false"],
+        _RT + "pg19mini_local.yaml",
+    ),
+    "causal_staged": Variant(
+        "causal routing, 3/4 of the steps at 256 x 32 windows, then 4,096 x 2",
+        [*ROTARY, "--data.init_args.seq_len_warmup_steps", "{three_quarters}",
+         "--data.init_args.seq_len_warmup_doubling", "false"],
+        _RT + "pg19mini_causal.yaml",
+    ),
     "causal_w256": Variant(
         "causal routing with local window 256 instead of 128",
         ["--model.init_args.model_config", json.dumps({"position": "rotary", "window": 256})],
@@ -124,7 +137,12 @@ def run(job: tuple[str, int], args: argparse.Namespace) -> dict:
     name, seed = job
     variant = SUITES[args.suite][name]
     root = Path(args.runs) / (name if seed == args.seed else f"{name}_s{seed}")
-    extra = [a.replace("{half}", str(args.steps // 2)) for a in variant.extra]
+    extra = [
+        a.replace("{half}", str(args.steps // 2)).replace(
+            "{three_quarters}", str(args.steps * 3 // 4)
+        )
+        for a in variant.extra
+    ]
     root.mkdir(parents=True, exist_ok=True)
     recipe = root / "recipe.yaml"  # the recipe with every run path moved under root
     source = variant.recipe or args.recipe
@@ -165,7 +183,9 @@ def run(job: tuple[str, int], args: argparse.Namespace) -> dict:
         profile = json.loads((out_dir / "by_position.json").read_text())
         result["test_bpb"] = profile["bits_per_byte"]
         result["test_windows"] = profile["windows"]
-        result["test_by_position"] = dict(zip(map(str, profile["edges"][:-1]), profile["bits"]))
+        result["test_by_position"] = dict(
+            zip(map(str, profile["edges"][:-1]), profile["bits"], strict=True)
+        )
         result["test_first_256"], result["test_past_256"] = _split_at(profile, 256)
     (root / "result.json").write_text(json.dumps(result, indent=1))
     return result
@@ -174,7 +194,9 @@ def run(job: tuple[str, int], args: argparse.Namespace) -> dict:
 def _split_at(profile: dict, position: int) -> tuple[float, float | None]:
     """Mean bits/byte of the bytes predicted before ``position`` and from it on (None: none)."""
     parts = [[0.0, 0], [0.0, 0]]
-    for lo, bits, count in zip(profile["edges"], profile["bits"], profile["counts"]):
+    for lo, bits, count in zip(
+        profile["edges"][:-1], profile["bits"], profile["counts"], strict=True
+    ):
         if count:
             part = parts[lo >= position]
             part[0] += bits * count

@@ -19,6 +19,13 @@ def test_stages_double_up_to_the_window_in_equal_parts():
     assert module().window_length(0) == 1024  # no warmup
 
 
+def test_a_two_stage_schedule_stays_short_then_jumps_to_the_window():
+    dm = module(seq_len_warmup_steps=300, seq_len_warmup_start=128, seq_len_warmup_doubling=False)
+    assert dm.warmup_lengths() == [128]
+    assert [dm.window_length(s) for s in (0, 299, 300)] == [128, 128, 1024]
+    assert dm.state_dict()["seq_len_warmup_doubling"] is False  # a resume must keep it
+
+
 def test_start_must_reach_the_window_by_doubling():
     with pytest.raises(ConfigError, match="never reaches seq_len=1024"):
         module(seq_len_warmup_steps=10, seq_len_warmup_start=300).warmup_lengths()

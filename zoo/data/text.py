@@ -382,6 +382,9 @@ class ByteTextDataModule(LightningDataModule):
             turns it off. A resumed run must keep the schedule it was started with.
         seq_len_warmup_start: the first stage's window length; ``seq_len`` must be this times a
             power of two.
+        seq_len_warmup_doubling: ``True``: the stages double the length (above); ``False``: one
+            stage, all ``seq_len_warmup_steps`` at ``seq_len_warmup_start``, then ``seq_len``
+            (Shortformer's two-stage schedule).
 
     Raises:
         ConfigError: a warmup whose start does not divide ``seq_len`` by a power of two, or a
@@ -405,6 +408,7 @@ class ByteTextDataModule(LightningDataModule):
         prompts: list[str] | None = None,
         seq_len_warmup_steps: int = 0,
         seq_len_warmup_start: int = 256,
+        seq_len_warmup_doubling: bool = True,
     ) -> None:
         super().__init__()
         require_positive(
@@ -419,6 +423,7 @@ class ByteTextDataModule(LightningDataModule):
             )
         self.seq_len_warmup_steps = seq_len_warmup_steps
         self.seq_len_warmup_start = seq_len_warmup_start
+        self.seq_len_warmup_doubling = seq_len_warmup_doubling
         self.save_hyperparameters()
         self.dataset, self.data_dir, self.path = dataset, data_dir, path
         self.seq_len = seq_len
@@ -455,7 +460,7 @@ class ByteTextDataModule(LightningDataModule):
                 f"seq_len_warmup_start={self.seq_len_warmup_start} doubled never reaches "
                 f"seq_len={L}; pick a start that divides {L} by a power of two (e.g. {L // 16})"
             )
-        return lengths
+        return lengths if self.seq_len_warmup_doubling else lengths[:1]
 
     def window_length(self, step: int) -> int:
         """Training window length at optimizer step ``step``: each warmup stage lasts
@@ -483,6 +488,7 @@ class ByteTextDataModule(LightningDataModule):
             "seq_len": self.seq_len,
             "seq_len_warmup_steps": self.seq_len_warmup_steps,
             "seq_len_warmup_start": self.seq_len_warmup_start,
+            "seq_len_warmup_doubling": self.seq_len_warmup_doubling,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
