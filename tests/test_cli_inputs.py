@@ -206,3 +206,12 @@ def test_evaluate_without_data_names_its_own_flag(capsys, tmp_path, monkeypatch)
     monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
     code, _, err = run_zoo(capsys, "evaluate", LM, "--data-dir", str(tmp_path), "--windows", "1")
     assert code == 2 and "zoo evaluate: --data-dir" in err
+
+
+def test_config_takes_a_packaged_recipe_name_or_inline_yaml():
+    from zoo.cli import with_packaged_config
+
+    out = with_packaged_config(["fit", "--config", "transformer_lm/pg19mini_v1"])
+    assert Path(out[2]).is_file() and out[2].endswith("transformer_lm/pg19mini_v1.yaml")
+    inline = ["fit", "--config", '{"trainer": {"max_steps": 1}}']
+    assert with_packaged_config(inline) == inline  # jsonargparse reads it as a config itself

@@ -205,7 +205,8 @@ def with_packaged_config(args: list[str]) -> list[str]:
             key, value, at = "--config", arg.split("=", 1)[1], i
         else:
             continue
-        if Path(value).is_file():
+        inline = value.lstrip().startswith(("{", "[")) or "\n" in value or ": " in value
+        if Path(value).is_file() or inline:  # a path, or a config given inline as YAML / JSON
             continue
         name = value.removeprefix("recipes/").removesuffix(".yaml")
         recipes = packaged_recipes()
