@@ -121,8 +121,9 @@ def verify_manifest(directory: str | os.PathLike) -> bool:
     unlisted = sorted(present - recorded.keys())
     if unlisted:
         raise CheckpointError(
-            f"{directory} has {unlisted} but its {MANIFEST_NAME} does not list them: the folder "
-            "was changed after save_pretrained; re-save the model."
+            f"{directory} has {unlisted} but its {MANIFEST_NAME} does not list them: they were "
+            "added after save_pretrained (or left from an earlier save); remove them or re-save "
+            "the model that belongs with them."
         )
     for name, expected in sorted(recorded.items()):
         path = directory / name
