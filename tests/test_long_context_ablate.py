@@ -31,14 +31,18 @@ def test_every_run_names_an_existing_recipe_and_model(suite, name):
     if suite == "equal_budget":
         assert overrides.get("position") == "rotary", "every equal-budget run has the fixed recipe"
     fields = get_preset(model).config.__dataclass_fields__
-    assert set(overrides) <= set(fields), f"{name}: unknown config keys {set(overrides) - set(fields)}"
+    assert set(overrides) <= set(fields), (
+        f"{name}: unknown config keys {set(overrides) - set(fields)}"
+    )
 
 
 def test_equal_budget_runs_train_on_the_same_bytes_per_step():
     for name, variant in ablate.EQUAL_BUDGET.items():
         recipe = yaml.safe_load((REPO / variant.recipe).read_text())
         extra = dict(zip(variant.extra[::2], variant.extra[1::2], strict=True))
-        batch = int(extra.get("--data.init_args.batch_size", recipe["data"]["init_args"]["batch_size"]))
+        batch = int(
+            extra.get("--data.init_args.batch_size", recipe["data"]["init_args"]["batch_size"])
+        )
         model = extra.get("--model.init_args.model", recipe["model"]["init_args"]["model"])
         overrides = json.loads(extra.get("--model.init_args.model_config", "{}"))
         context = overrides.get("max_seq_len", get_preset(model).config.max_seq_len)
@@ -46,7 +50,11 @@ def test_equal_budget_runs_train_on_the_same_bytes_per_step():
 
 
 def test_split_at_weights_buckets_by_their_bytes():
-    profile = {"edges": [0, 64, 256, 512, 768], "bits": [3.0, 2.0, 1.0, None], "counts": [10, 30, 20, 0]}
+    profile = {
+        "edges": [0, 64, 256, 512, 768],
+        "bits": [3.0, 2.0, 1.0, None],
+        "counts": [10, 30, 20, 0],
+    }
     first, past = ablate._split_at(profile, 256)
     assert first == pytest.approx((3.0 * 10 + 2.0 * 30) / 40)
     assert past == pytest.approx(1.0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.errors import CheckpointError, ChecksumError, UnknownModelError
+from zoo.errors import CheckpointError, ChecksumError, ConfigError, UnknownModelError
 from zoo.evaluation import find_checkpoint
 from zoo.pretrained import UnverifiedWeightsWarning, explicit_path, sha256_file
 
@@ -181,6 +181,10 @@ def test_a_look_alike_folder_never_replaces_a_published_checkpoint(
     (tmp_path / "transformer_lm_small.pg19mini").rename(tmp_path / "my_model")
     with pytest.raises(UnknownModelError, match="pass './my_model'"):
         zoo.from_pretrained("my_model")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "my_model").rename(tmp_path / "runs" / "my_model")
+    with pytest.raises(ConfigError, match="pass './runs/my_model' to use the folder"):
+        zoo.from_pretrained("runs/my_model")  # one slash reads as a repo id: never guessed
 
 
 def test_loading_inside_a_meta_device_context_gives_real_weights(saved):

@@ -319,6 +319,12 @@ def resolve(
             force_download=force_download,
         )
         return fetched, entry
+    if Path(name).is_dir():  # "runs/my_run": a repo id by its form, but a folder is here
+        raise ConfigError(
+            f"{name!r} reads as a Hub repo id, and a folder of that name is here: pass "
+            f"'./{name}' to use the folder (a path must look like one: ./, /, ~ or a trailing "
+            "/), or run this elsewhere to load the Hub repo."
+        )
     try:
         path = snapshot_download(
             name,
