@@ -58,3 +58,15 @@ def hub(monkeypatch, tmp_path):
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the suite is offline; this server is local
         monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
         yield server
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    """An empty registry in a temporary directory (ZOO_CHECKPOINTS points the zoo at it)."""
+    from zoo.hub.registry import Registry, load_registry
+
+    path = tmp_path / "reg" / "checkpoints.yaml"
+    path.parent.mkdir()
+    Registry(path, {}).save()
+    monkeypatch.setenv("ZOO_CHECKPOINTS", str(path))
+    return load_registry()

@@ -6,12 +6,12 @@ import json
 import math
 from pathlib import Path
 
-import lightning
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from fakes import fake_run
 
 import zoo
 from zoo.cli import main
@@ -27,9 +27,7 @@ from zoo.evaluation import (
     position_table,
     save_position_profile,
 )
-from zoo.hub import Metric, export_run, load_registry, register
-from zoo.hub.registry import Registry
-from zoo.tasks import CausalLM
+from zoo.hub import Metric, export_run, register
 
 REPO = Path(__file__).resolve().parents[1]
 T = 128  # transformer_lm_tiny's max_seq_len
@@ -212,38 +210,9 @@ def test_cli_errors_are_one_line(models, corpus, capsys):
     assert e.value.code == 2 and "--by-position" in capsys.readouterr().err
 
 
-@pytest.fixture
-def registry(tmp_path, monkeypatch) -> Registry:
-    path = tmp_path / "reg" / "checkpoints.yaml"
-    path.parent.mkdir()
-    Registry(path, {}).save()
-    monkeypatch.setenv("ZOO_CHECKPOINTS", str(path))
-    return load_registry()
-
-
-def _fake_run(directory: Path) -> Path:
-    """A run directory with checkpoints/best.ckpt as `zoo fit` writes it (tiny model)."""
-    torch.manual_seed(0)
-    module = CausalLM(model="transformer_lm_tiny")
-    (directory / "checkpoints").mkdir(parents=True)
-    torch.save(
-        {
-            "state_dict": module.state_dict(),
-            "hyper_parameters": dict(module.hparams),
-            "datamodule_hyper_parameters": {"dataset": "pg19mini", "batch_size": 2, "seed": 0},
-            "pytorch-lightning_version": lightning.__version__,
-            "global_step": 3,
-            "epoch": 0,
-            "callbacks": {"TrainingSummary": {"tokens": 768, "wall_time": 1.0}},
-        },
-        directory / "checkpoints" / "best.ckpt",
-    )
-    return directory
-
-
 def test_model_card_shows_the_curve_and_publishes_its_files(registry, corpus, tmp_path):
     name, recipe = "transformer_lm_tiny.pg19mini", "recipes/transformer_lm/pg19mini.yaml"
-    run = _fake_run(tmp_path / "run")
+    run = fake_run(tmp_path / "run")
     metric = Metric("bits_per_byte", 8.0, "pg19mini", "test", None, 547, "32-true", context=T)
     plain = export_run(run, tmp_path / "plain", name=name, recipe=REPO / recipe, metrics=[metric])
     assert "by position" not in (plain / "README.md").read_text()

@@ -6,10 +6,10 @@ import shutil
 from pathlib import Path
 
 import huggingface_hub.constants as hf_constants
-import lightning
 import pytest
 import torch
 import yaml
+from fakes import fake_run
 
 import zoo
 from zoo.errors import (
@@ -29,48 +29,12 @@ from zoo.hub import (
     register,
     sha256_file,
 )
-from zoo.hub.registry import Registry
 from zoo.tasks import CausalLM
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "transformer_lm_tiny.pg19mini"
 REPO_ID = "attention-zoo/transformer_lm_tiny.pg19mini"
 METRIC = Metric("bits_per_byte", 7.9, "pg19mini", "test", 4, 1020, "32-true", context=256)
-
-
-@pytest.fixture
-def registry(tmp_path, monkeypatch) -> Registry:
-    """An empty registry in a temporary directory (ZOO_CHECKPOINTS points the zoo at it)."""
-    path = tmp_path / "reg" / "checkpoints.yaml"
-    path.parent.mkdir()
-    Registry(path, {}).save()
-    monkeypatch.setenv("ZOO_CHECKPOINTS", str(path))
-    return load_registry()
-
-
-def fake_run(directory: Path, seed: int = 0) -> Path:
-    """A run directory with checkpoints/best.ckpt as `zoo fit` writes it (tiny model, 3 steps)."""
-    torch.manual_seed(seed)
-    module = CausalLM(model="transformer_lm_tiny", lr=1e-3)
-    ckpt = {
-        "state_dict": module.state_dict(),
-        "hyper_parameters": dict(module.hparams),
-        "datamodule_hyper_parameters": {"dataset": "pg19mini", "batch_size": 2, "seed": 0},
-        "pytorch-lightning_version": lightning.__version__,
-        "global_step": 3,
-        "epoch": 0,
-        "callbacks": {
-            "TrainingSummary": {
-                "tokens": 1536,
-                "wall_time": 2.5,
-                "hardware": ["test CPU (2 threads)"],
-                "precision": "32-true",
-            }
-        },
-    }
-    (directory / "checkpoints").mkdir(parents=True)
-    torch.save(ckpt, directory / "checkpoints" / "best.ckpt")
-    return directory
 
 
 @pytest.fixture
