@@ -59,12 +59,16 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """``x`` ``(..., T, D)`` turned by its positions ``start + t``; same shape and dtype."""
-        cos, sin = self.angles(start, x.shape[-2], x.device)
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        rotated = torch.cat([-x2, x1], -1)
-        return (x * cos + rotated * sin).to(x.dtype)
+        return self._turn(x, *self.angles(start, x.shape[-2], x.device))
 
     def rotate(self, q: Tensor, k: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
-        """Queries and keys ``(B, H, T, D)`` at positions ``start..``: both turned."""
-        return self(q, start), self(k, start)
+        """Queries and keys ``(B, H, T, D)`` at positions ``start..``: both turned (the angles
+        computed once for the two)."""
+        cos, sin = self.angles(start, q.shape[-2], q.device)
+        return self._turn(q, cos, sin), self._turn(k, cos, sin)
+
+    @staticmethod
+    def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return (x * cos + rotated * sin).to(x.dtype)
