@@ -77,6 +77,9 @@ def test_export_writes_the_published_files_and_the_registry_entry(published, reg
     }  # fmt: skip
     assert result["dataset"]["split"] == "test"
     assert "| optimizer steps | 3 |" in card
+    context = facts["data"]["seq_len"]  # the fake run's data module leaves it to the model
+    assert context == zoo.create_model("transformer_lm_tiny").config.max_seq_len
+    assert f"| training windows | 2 × {context:,} bytes per optimizer step |" in card
     entry = load_registry().get(NAME)
     assert entry.revision is None and entry.repo_id == REPO_ID
     assert entry.files["model.safetensors"]["sha256"] == sha256_file(
@@ -256,3 +259,15 @@ def test_push_a_run_exports_it_on_the_fly(registry, hub, tmp_path):
     assert b"model-index" in files["README.md"].data
     with pytest.raises(ConfigError, match="not an exported folder"):
         push(run, REPO_ID)  # a run needs its name and recipe
+
+
+def test_card_says_when_training_windows_are_shorter_than_the_context():
+    from zoo.hub.publish import _training_windows
+
+    short = _training_windows({"batch_size": 8, "seq_len": 1024}, 4096)
+    assert short.startswith("8 × 1,024 bytes per optimizer step (shorter than the context, 4,096")
+    assert "never trained" in short
+    assert _training_windows({"batch_size": 2, "seq_len": 4096}, 4096) == (
+        "2 × 4,096 bytes per optimizer step"
+    )
+    assert _training_windows({}, 4096) == "unknown"

@@ -49,6 +49,13 @@ DENSE256 = [  # 256 x 32 windows = the same 8,192 bytes per step as 4,096 x 2
 ]  # fmt: skip
 
 
+WINDOWS_1024 = [  # 1,024 x 8 windows: the same 8,192 bytes per step; the model keeps context 4,096
+    "--data.init_args.seq_len", "1024",
+    "--data.init_args.batch_size", "8",
+    "--data.init_args.eval_batch_size", "4",  # 25 batches x 4 x 1,024 = the same 102,400 bytes
+]  # fmt: skip
+
+
 class Variant(NamedTuple):
     what: str
     extra: list[str]  # `zoo fit` arguments; "{half}" / "{three_quarters}": that share of the steps
@@ -122,6 +129,21 @@ EQUAL_BUDGET: dict[str, Variant] = {
         [*ROTARY, "--data.init_args.seq_len_warmup_steps", "{three_quarters}",
          "--data.init_args.seq_len_warmup_doubling", "false"],
         _RT + "pg19mini_causal.yaml",
+    ),
+    "causal_1024x8": Variant(
+        "causal routing trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
+        [*ROTARY, *WINDOWS_1024],
+        _RT + "pg19mini_causal.yaml",
+    ),
+    "strided_1024x8": Variant(
+        "strided, stride 64, trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
+        [*ROTARY, *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "local_1024x8": Variant(
+        "the local-only model trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
+        [*ROTARY, *WINDOWS_1024],
+        _RT + "pg19mini_local.yaml",
     ),
     "causal_w256": Variant(
         "causal routing with local window 256 instead of 128",

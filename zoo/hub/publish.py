@@ -149,6 +149,7 @@ def model_card(
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
+    windows = _training_windows(facts.get("data", {}), cfg.get("max_seq_len"))
     body = f"""
 # {name}
 
@@ -182,6 +183,7 @@ Bits per byte (lower is better), measured with `zoo evaluate {name} [--windows N
 | quantity | value |
 |---|---|
 | optimizer steps | {facts.get("optimizer_steps")} |
+| training windows | {windows} |
 | tokens | {f"{tokens:,}" if tokens else "unknown"} |
 | wall time | {f"{wall:,.0f} s ({tokens / wall:,.0f} tokens/s)" if wall and tokens else "unknown"} |
 | hardware | {facts.get("hardware") or "unknown"} |
@@ -205,6 +207,21 @@ their spelling and style, not facts; samples are often ungrammatical. Text from 
 the views of its time.
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _training_windows(data: dict[str, Any], context: int | None) -> str:
+    """``"8 x 1,024 bytes per optimizer step"``, saying so when the windows are shorter than the
+    model's context (the positions past them are then never trained)."""
+    batch, seq_len = data.get("batch_size"), data.get("seq_len")
+    if not batch or not seq_len:
+        return "unknown"
+    text = f"{batch} × {seq_len:,} bytes per optimizer step"
+    if context and seq_len < context:
+        text += (
+            f" (shorter than the context, {context:,}: positions {seq_len:,} and later are "
+            "evaluated but never trained, an extrapolation of the position scheme)"
+        )
+    return text
 
 
 def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
