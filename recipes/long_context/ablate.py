@@ -56,6 +56,10 @@ WINDOWS_1024 = [  # 1,024 x 8 windows: the same 8,192 bytes per step; the model 
 ]  # fmt: skip
 
 
+# Roy et al. (TACL 2021) on PG-19: 2 routing heads, in the last 2 layers only (rotary positions here)
+PG19_LAYOUT = {"position": "rotary", "n_local_heads": 6, "n_routing_layers": 2}
+
+
 class Variant(NamedTuple):
     what: str
     extra: list[str]  # `zoo fit` arguments; "{half}" / "{three_quarters}": that share of the steps
@@ -139,6 +143,17 @@ EQUAL_BUDGET: dict[str, Variant] = {
         "strided, stride 64, trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
         [*ROTARY, *WINDOWS_1024],
         "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "causal_pg19_1024x8": Variant(
+        "the Routing paper's PG-19 layout: 2 causal routing heads (6 local) in the top 2 layers "
+        "only, layers 0-1 all local; 1,024 x 8 windows per step, run at 4,096",
+        ["--model.init_args.model_config", json.dumps(PG19_LAYOUT), *WINDOWS_1024],
+        _RT + "pg19mini_causal.yaml",
+    ),
+    "random_pg19_1024x8": Variant(
+        "the same layout with the 2 heads routed at random (the paper's ablation)",
+        ["--model.init_args.model_config", json.dumps(PG19_LAYOUT), *WINDOWS_1024],
+        _RT + "pg19mini_random.yaml",
     ),
     "local_1024x8": Variant(
         "the local-only model trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
