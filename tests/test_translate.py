@@ -141,3 +141,69 @@ def test_registered_checkpoints_load_their_tokenizer_file_when_they_have_one():
     mt = SimpleNamespace(files={**lm.files, "tokenizer.json": {}})
     assert load_files(lm) == ("config.json", "model.safetensors")
     assert load_files(mt) == ("config.json", "model.safetensors", "tokenizer.json")
+
+
+@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "fusedmax", "csparsemax"])
+def test_lstm_attention_weights_are_the_decoder_distributions(tokenizer, mapping):
+    from zoo.beam_search import translate_with_attention
+
+    torch.manual_seed(0)
+    m = zoo.create_model("lstm_attention_tiny", vocab_size=tokenizer.get_vocab_size(),
+                         mapping=mapping).eval()  # fmt: skip
+    m.tokenizer = tokenizer
+    text, weights, source, output = translate_with_attention(m, "ein Hund läuft", max_len_b=6)
+    assert text == translate(m, ["ein Hund läuft"], max_len_b=6)[0]
+    assert weights.shape == (len(output), len(source)) and output[-1] == "</s>"
+    assert (source[-1] == "<sink>") == (mapping == "csparsemax")
+    torch.testing.assert_close(weights.sum(-1), torch.ones(len(output)))
+
+
+def test_transformer_attention_weights_are_its_cross_attention(model, tokenizer):
+    src = torch.tensor([tokenizer.encode("ein Hund läuft im Park").ids + [0, 0]])
+    tgt = torch.tensor([[BOS_ID, 5, 6, 7]])
+    w = model.attention_weights(src, tgt)
+    assert w.shape == (1, 4, src.shape[1])
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 4))
+    assert (w[..., -2:] == 0).all()  # padding gets none
+    # by hand: the last layer's queries against its keys, softmax, mean over heads
+    attn = model.decoder[-1].cross_attn
+    seen = []
+    attn.register_forward_hook(lambda _m, a, _o: seen.append(a[0]))
+    memory, mask = model.encode(src)
+    model.decode(tgt, memory, mask)
+    q = attn._heads(attn.q_proj(seen[0]))
+    k, _ = attn.project_memory(memory)
+    s = (q @ k.transpose(-1, -2) / attn.d_head**0.5).masked_fill(~mask[:, None, None], -torch.inf)
+    torch.testing.assert_close(w, s.softmax(-1).mean(1))
+
+
+def test_zoo_translate_draws_the_attention_map(model, tmp_path, capsys, monkeypatch):
+    import io
+
+    model.save_pretrained(tmp_path / "m")
+    monkeypatch.setattr("sys.stdin", io.StringIO("\nein Hund läuft\nMann\n"))
+    png = tmp_path / "map.png"
+    main(["translate", "--checkpoint", str(tmp_path / "m"), "--max-len-b", "6",
+          "--attention-map", str(png)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "attention map of 'ein Hund läuft' written to" in captured.err
+    assert len(captured.out.split("\n")) == 4  # the translations are printed as without the flag
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    with pytest.raises(SystemExit) as e:
+        main(["translate", "--checkpoint", str(tmp_path / "m"), "--attention-map", str(png)])
+    assert e.value.code == 2 and "needs a non-empty sentence" in capsys.readouterr().err
+
+
+def test_drawing_checks_its_labels(tmp_path):
+    from zoo.drawing import AttentionMap, draw_attention_maps
+
+    with pytest.raises(ValueError, match=r"weights of shape \(2, 3\) do not match 2 output and 2"):
+        draw_attention_maps([AttentionMap("x", torch.zeros(2, 3), ["a", "b"], ["c", "d"])],
+                            tmp_path / "x.png")  # fmt: skip
+    path = draw_attention_maps(
+        [AttentionMap("softmax", torch.full((2, 3), 1 / 3), list("abc"), list("de")),
+         AttentionMap("sparsemax", torch.eye(2, 3), list("abc"), list("de"))],
+        tmp_path / "two.png", title="two panels",
+    )  # fmt: skip
+    assert path.stat().st_size > 1000

@@ -34,6 +34,7 @@ __all__ = [
     "length_penalty",
     "translate",
     "translate_ids",
+    "translate_with_attention",
 ]
 
 
@@ -268,3 +269,61 @@ def translate(
     finally:
         model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def translate_with_attention(
+    model: nn.Module,
+    sentence: str,
+    *,
+    tokenizer: Tokenizer | None = None,
+    decoding: Literal["beam", "greedy"] = "beam",
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+) -> tuple[str, Tensor, list[str], list[str]]:
+    """Translate one sentence and return ``(translation, weights (T, S) float32, source tokens,
+    output tokens)``: the model's attention over the source while it produced each output token
+    (EOS included), from its ``attention_weights(src, tgt)`` (the LSTM's mapping; the
+    Transformer's last decoder layer, averaged over heads). A constrained mapping's sink is the
+    last column, labelled ``<sink>``.
+
+    Raises:
+        ValueError: no tokenizer, an empty or too long sentence, or a model that cannot report
+            its attention.
+    """
+    if not hasattr(model, "attention_weights"):
+        raise ValueError(f"{type(model).__name__} does not report its attention weights")
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("no tokenizer: load the model with zoo.from_pretrained or pass tokenizer=")
+    from zoo.data.translation import SPECIAL_TOKENS
+
+    bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
+    ids = tokenizer.encode(sentence).ids
+    if not ids:
+        raise ValueError("the sentence to draw is empty")
+    if len(ids) > model.config.max_seq_len:
+        raise ValueError(
+            f"the sentence has {len(ids)} tokens but the model takes at most "
+            f"max_seq_len={model.config.max_seq_len}"
+        )
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        src = torch.tensor([ids], device=device)
+        (out,) = translate_ids(
+            model, src, bos_id=bos_id, eos_id=eos_id, decoding=decoding, beam_size=beam_size,
+            alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
+        )  # fmt: skip
+        tgt_in = torch.tensor([[bos_id, *out]], device=device)
+        weights = model.attention_weights(src, tgt_in)[0].cpu()
+    finally:
+        model.train(was_training)
+    source = [tokenizer.id_to_token(i) for i in ids]
+    if weights.shape[1] == len(ids) + 1:
+        source.append("<sink>")
+    output = [tokenizer.id_to_token(i) for i in [*out, eos_id]]
+    return tokenizer.decode(out), weights, source, output

@@ -475,6 +475,11 @@ def translate_main(args: list[str]) -> None:
     parser.add_argument("--max-len-b", type=int, default=50, help="max length = a * source + b")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--attention-map",
+        metavar="PNG",
+        help="also draw the source x target attention of the first sentence into this PNG",
+    )
     ns = parser.parse_args(args)
 
     from zoo.beam_search import translate
@@ -503,11 +508,36 @@ def translate_main(args: list[str]) -> None:
         )  # fmt: skip
     except ValueError as e:
         parser.exit(2, f"zoo translate: error: {e}\n")
+    if ns.attention_map:
+        _draw_attention_map(parser, model, sentences, ns)
     result = "".join(line + "\n" for line in out)
     if ns.output:
         Path(ns.output).write_text(result, encoding="utf-8")
     else:
         sys.stdout.write(result)
+
+
+def _draw_attention_map(parser, model, sentences: list[str], ns) -> None:
+    """``zoo translate --attention-map``: the first non-empty sentence's attention, drawn."""
+    from zoo.beam_search import translate_with_attention
+    from zoo.drawing import AttentionMap, draw_attention_maps
+
+    first = next((s for s in sentences if s.strip()), None)
+    if first is None:
+        parser.exit(2, "zoo translate: error: --attention-map needs a non-empty sentence\n")
+    try:
+        text, weights, source, output = translate_with_attention(
+            model, first, decoding=ns.decoding, beam_size=ns.beam_size, alpha=ns.alpha,
+            max_len_a=ns.max_len_a, max_len_b=ns.max_len_b,
+        )  # fmt: skip
+    except ValueError as e:
+        parser.exit(2, f"zoo translate: error: --attention-map: {e}\n")
+    mapping = getattr(model.config, "mapping", "softmax")
+    path = draw_attention_maps(
+        [AttentionMap(f"{type(model).__name__}, {mapping}", weights, source, output)],
+        ns.attention_map, title=f"{first}\n-> {text}",
+    )  # fmt: skip
+    print(f"attention map of {first!r} written to {path}", file=sys.stderr)
 
 
 def _stdin_bytes() -> bytes:

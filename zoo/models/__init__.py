@@ -1,6 +1,7 @@
 """Model families. Importing this package registers every family's presets."""
 
 from zoo.models.image_transformer import ImageTransformerConfig, ImageTransformerLM
+from zoo.models.rnn_seq2seq import LSTMSeq2Seq, LSTMSeq2SeqConfig
 from zoo.models.routing_transformer import RoutingTransformerConfig, RoutingTransformerLM
 from zoo.models.seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from zoo.models.sparse_transformer import SparseTransformerConfig, SparseTransformerLM
@@ -9,6 +10,8 @@ from zoo.models.transformer import TransformerConfig, TransformerLM
 __all__ = [
     "ImageTransformerConfig",
     "ImageTransformerLM",
+    "LSTMSeq2Seq",
+    "LSTMSeq2SeqConfig",
     "RoutingTransformerConfig",
     "RoutingTransformerLM",
     "SparseTransformerConfig",

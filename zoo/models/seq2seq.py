@@ -250,6 +250,25 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt, memory, src_mask)
 
+    @torch.no_grad()
+    def attention_weights(self, src: Tensor, tgt: Tensor, layer: int = -1) -> Tensor:
+        """The encoder-decoder attention ``(B, T, S)`` float32 of decoder layer ``layer`` (default
+        the last), averaged over its heads, for the decoder input ``tgt`` ``(B, T)`` over the
+        source ``src`` ``(B, S)`` (teacher-forced): ``softmax(q k^T / sqrt(d_k))`` (§3.2.1)."""
+        attn = self.decoder[layer].cross_attn
+        seen: list[Tensor] = []
+        hook = attn.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
+        try:
+            memory, src_mask = self.encode(src)
+            self.decode(tgt, memory, src_mask)
+        finally:
+            hook.remove()
+        q = attn._heads(attn.q_proj(seen[0])).float()  # (B, H, T, D)
+        k, _ = attn.project_memory(memory)
+        scores = q @ k.float().transpose(-1, -2) / math.sqrt(attn.d_head)
+        scores = scores.masked_fill(~src_mask[:, None, None, :], float("-inf"))
+        return torch.softmax(scores, -1).nan_to_num(0.0).mean(1)
+
 
 # --- presets -------------------------------------------------------------------------------------
 _PAPER = dict(activation="relu", norm="post", share_embeddings=True, max_seq_len=1024)
