@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
+from zoo.attention.functional import masked_attention
+from zoo.attention.mappings import CONSTRAINED, MappingName
 from zoo.attention.rotary import RotaryEmbedding
 
 __all__ = ["CausalSelfAttention", "MultiHeadAttention"]
@@ -104,12 +106,38 @@ class MultiHeadAttention(nn.Module):
     - ``cache``: a :class:`LayerKVCache` for incremental self-attention.
 
     Returns ``(B, T, C)``. A query whose keys are all masked gets a zero output, not NaN.
+
+    ``mapping`` other than ``"softmax"`` (``"sparsemax"``, ``"entmax15"``, ``"fusedmax"``:
+    :mod:`zoo.attention.mappings`; Correia et al. 2019 put entmax in every head) materialises the
+    scores (:func:`~zoo.attention.functional.masked_attention`) instead of calling SDPA.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; a constrained mapping (it needs
+            bounds per key, which this layer has none of); dropout with a mapping other than
+            softmax.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        mapping: MappingName = "softmax",
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if mapping in CONSTRAINED:
+            raise ValueError(
+                f"{mapping} attention needs upper bounds per key: use it in the LSTM model "
+                "(lstm_seq2seq), or softmax / sparsemax / entmax15 / fusedmax here"
+            )
+        if mapping != "softmax" and dropout:
+            raise ValueError(
+                f"attention dropout applies to softmax attention only, not {mapping}: set it to 0"
+            )
+        self.mapping = mapping
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.dropout = dropout
@@ -152,9 +180,13 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:
             keep = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
             mask = keep if mask is None else mask & keep
-        dropout_p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        if mask is not None:  # rows with no visible key: SDPA gives NaN, the layer gives 0
-            y = y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        if self.mapping != "softmax":
+            allowed = mask if mask is not None else torch.ones(1, 1, 1, 1, dtype=torch.bool)
+            y = masked_attention(q, k, v, allowed.to(q.device), mapping=self.mapping)
+        else:
+            dropout_p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            if mask is not None:  # rows with no visible key: SDPA gives NaN, the layer gives 0
+                y = y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         B, H, _, D = y.shape
         return self.out_proj(y.transpose(1, 2).reshape(B, T, H * D))

@@ -49,29 +49,37 @@ class RelativePositions(nn.Module):
     def extra_repr(self) -> str:
         return f"max_distance={self.max_distance}"
 
+    def add_scores(self, q: Tensor, scores: Tensor, distance: Tensor) -> tuple[Tensor, Tensor]:
+        """``scores + q_i . a^K_{i-j}`` (Shaw eq. 4's numerator term), with the clipped distances.
+
+        ``q`` ``(..., Lq, D)`` fp32, ``scores`` ``(..., Lq, Lk)`` fp32 and ``distance`` int64
+        broadcastable to it. Returns the sum (broadcast to the joint shape) and the clipped
+        distances, which :meth:`values_of` takes.
+        """
+        dist = distance.clamp(0, self.max_distance)
+        rel = q @ self.keys.weight.float().T  # (..., Lq, R): q_i . a^K_r for every distance r
+        shape = torch.broadcast_shapes(scores.shape, dist.shape)
+        rel = rel.expand(*shape[:-1], rel.shape[-1]).gather(-1, dist.expand(shape))
+        return scores.expand(shape) + rel, dist.expand(shape)
+
+    def values_of(self, p: Tensor, dist: Tensor) -> Tensor:
+        """``sum_j p_ij a^V_{i-j}`` (Shaw eq. 3's second term) for probabilities ``p``
+        ``(..., Lq, Lk)`` fp32 and the clipped distances from :meth:`add_scores`."""
+        aV = self.values.weight.float()
+        mass = p.new_zeros(*p.shape[:-1], aV.shape[0]).scatter_add(-1, dist, p)
+        return mass @ aV
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, distance: Tensor) -> Tensor:
-        """Masked softmax attention with relative terms, in fp32.
+        """Masked softmax attention with relative terms, in fp32
+        (:func:`zoo.attention.functional.masked_attention`).
 
         ``q``: ``(..., Lq, D)``; ``k, v``: ``(..., Lk, D)``; ``allowed`` bool and ``distance``
         int64 (``i - j``, only read where allowed), both broadcastable to ``(..., Lq, Lk)``.
         A row with no allowed key gives zeros. Returns ``(..., Lq, D)`` in the dtype of ``v``.
         """
-        dist = distance.clamp(0, self.max_distance)
-        aK, aV = self.keys.weight.float(), self.values.weight.float()
-        qf = q.float()
-        with torch.autocast(q.device.type, enabled=False):
-            s = qf @ k.float().transpose(-1, -2)  # (..., Lq, Lk)
-            rel = qf @ aK.T  # (..., Lq, R): q_i . a^K_r for every distance r
-            shape = torch.broadcast_shapes(s.shape, dist.shape)
-            s = s.expand(shape) + rel.expand(*shape[:-1], rel.shape[-1]).gather(
-                -1, dist.expand(shape)
-            )
-            s = (s / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
-            p = torch.softmax(s, -1).nan_to_num(0.0)
-            out = p @ v.float()
-            mass = p.new_zeros(*shape[:-1], aV.shape[0]).scatter_add(-1, dist.expand(shape), p)
-            out = out + mass @ aV  # sum_j p_ij a^V_{i-j}
-        return out.to(v.dtype)
+        from zoo.attention.functional import masked_attention
+
+        return masked_attention(q, k, v, allowed, relative=self, distance=distance)
 
 
 def local_attention(

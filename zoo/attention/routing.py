@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
+from zoo.attention.functional import masked_attention
 from zoo.attention.local import RelativePositions, local_attention
 from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels import routing_attention
@@ -475,9 +476,4 @@ class RoutingSelfAttention(nn.Module):
             # members at or after each key, up to the query: the key must be among the last C
             later = same.flip(-1).cumsum(-1).flip(-1)
             allowed[:, hl:] = same & (later <= self.causal_window)
-        if self.relative is not None:
-            return self.relative.attend(q, k, v, allowed, distance)
-        with torch.autocast(dev.type, enabled=False):  # scores in fp32, as when sampling
-            s = (q.float() @ k.float().transpose(-1, -2)) * D**-0.5
-            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-            return (p @ v.float()).to(v.dtype)
+        return masked_attention(q, k, v, allowed, relative=self.relative, distance=distance)

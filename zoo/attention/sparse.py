@@ -37,6 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.functional import masked_attention
 from zoo.attention.patterns import AttentionPattern
 from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa
 
@@ -243,9 +244,5 @@ class SparseSelfAttention(CausalSelfAttention):
         keep = torch.gather(allowed, 2, idx[:, None, :].expand(h, T, n_keys))  # (h, T, K)
         keep = keep & (torch.arange(n_keys, device=dev) < needed.sum(-1, keepdim=True))[:, None]
         gather = idx[None, :, :, None].expand(B, h, n_keys, D)
-        with torch.autocast(dev.type, enabled=False):  # autocast would cast back to half
-            ks = torch.gather(k, 2, gather).float()  # (B, h, K, D)
-            vs = torch.gather(v, 2, gather).float()
-            s = (q.float() @ ks.transpose(-1, -2)) * D**-0.5  # (B, h, T, K)
-            p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
-            return (p @ vs).to(q.dtype)
+        ks, vs = torch.gather(k, 2, gather), torch.gather(v, 2, gather)  # (B, h, K, D)
+        return masked_attention(q, ks, vs, keep)

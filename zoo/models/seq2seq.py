@@ -26,6 +26,8 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from zoo.attention import KVCache, LayerKVCache, MultiHeadAttention
+from zoo.attention.functional import masked_attention
+from zoo.attention.mappings import CONSTRAINED, MappingName
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.transformer import FeedForward, sinusoidal_positions
@@ -46,6 +48,7 @@ class TransformerSeq2SeqConfig(ModelConfig):
     d_ff: int = 2048
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums (paper §5.4)
     attention_dropout: float = 0.0  # on attention probabilities (not in the paper)
+    attention_mapping: MappingName = "softmax"  # every attention's; entmax15: Correia et al. 2019
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["post", "pre"] = "post"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     share_embeddings: bool = True  # source, target and output embeddings one matrix (§3.4)
@@ -65,6 +68,16 @@ class TransformerSeq2SeqConfig(ModelConfig):
             raise ConfigError(
                 f"pad_id={self.pad_id} is not a token id of vocab_size={self.vocab_size}"
             )
+        if self.attention_mapping in CONSTRAINED:
+            raise ConfigError(
+                f"attention_mapping={self.attention_mapping!r} needs upper bounds per source "
+                "word: use it in lstm_seq2seq, or softmax / sparsemax / entmax15 here"
+            )
+        if self.attention_mapping != "softmax" and self.attention_dropout:
+            raise ConfigError(
+                f"attention_dropout applies to softmax attention only, not "
+                f"{self.attention_mapping}: set it to 0"
+            )
 
 
 class _SubLayer(nn.Module):
@@ -82,10 +95,16 @@ class _SubLayer(nn.Module):
         return self.norm(x + self.dropout(f(x)))
 
 
+def _attention(c: TransformerSeq2SeqConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        c.d_model, c.n_heads, c.attention_dropout, c.bias, mapping=c.attention_mapping
+    )
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, c: TransformerSeq2SeqConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
+        self.self_attn = _attention(c)
         self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
         self.sub1, self.sub2 = _SubLayer(c), _SubLayer(c)
 
@@ -97,8 +116,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, c: TransformerSeq2SeqConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, c.bias)
+        self.self_attn = _attention(c)
+        self.cross_attn = _attention(c)
         self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
         self.sub1, self.sub2, self.sub3 = _SubLayer(c), _SubLayer(c), _SubLayer(c)
 
@@ -254,7 +273,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
     def attention_weights(self, src: Tensor, tgt: Tensor, layer: int = -1) -> Tensor:
         """The encoder-decoder attention ``(B, T, S)`` float32 of decoder layer ``layer`` (default
         the last), averaged over its heads, for the decoder input ``tgt`` ``(B, T)`` over the
-        source ``src`` ``(B, S)`` (teacher-forced): ``softmax(q k^T / sqrt(d_k))`` (§3.2.1)."""
+        source ``src`` ``(B, S)`` (teacher-forced): ``mapping(q k^T / sqrt(d_k))`` (§3.2.1)."""
         attn = self.decoder[layer].cross_attn
         seen: list[Tensor] = []
         hook = attn.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
@@ -263,11 +282,11 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
             self.decode(tgt, memory, src_mask)
         finally:
             hook.remove()
-        q = attn._heads(attn.q_proj(seen[0])).float()  # (B, H, T, D)
-        k, _ = attn.project_memory(memory)
-        scores = q @ k.float().transpose(-1, -2) / math.sqrt(attn.d_head)
-        scores = scores.masked_fill(~src_mask[:, None, None, :], float("-inf"))
-        return torch.softmax(scores, -1).nan_to_num(0.0).mean(1)
+        q = attn._heads(attn.q_proj(seen[0]))  # (B, H, T, D)
+        k, v = attn.project_memory(memory)
+        allowed = src_mask[:, None, None, :]
+        _, p = masked_attention(q, k, v, allowed, mapping=attn.mapping, return_weights=True)
+        return p.mean(1)
 
 
 # --- presets -------------------------------------------------------------------------------------
