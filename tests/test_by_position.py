@@ -17,13 +17,13 @@ import zoo
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
 from zoo.data.text import PG19MINI_TEST, EvalWindows
+from zoo.drawing import plot_position_profiles
 from zoo.errors import CheckpointError, ConfigError
 from zoo.evaluation import (
     _extended,
     bits_by_position,
     evaluate,
     load_position_profile,
-    plot_position_profiles,
     position_table,
     save_position_profile,
 )

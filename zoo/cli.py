@@ -590,7 +590,8 @@ def models_main(args: list[str]) -> None:
 
 
 def pattern_main(args: list[str]) -> None:
-    from zoo.attention.patterns import PATTERNS, draw_pattern
+    from zoo.attention.patterns import PATTERNS
+    from zoo.drawing import draw_pattern
 
     parser = argparse.ArgumentParser(
         prog="zoo pattern",

@@ -1,19 +1,59 @@
-"""Pictures of attention: source x target attention maps (the lecture's slides draw them this way).
+"""Every picture the zoo draws, apart from the models, patterns and metrics it shows.
 
-Drawing lives here, apart from the models and the attention code; matplotlib is imported only when
-a picture is drawn.
+- :func:`draw_pattern`: a sparse attention pattern like Child et al. 2019's Figure 3;
+- :func:`draw_patterns_on_image`: which pixels of an image one pixel attends to, per pattern;
+- :func:`plot_position_profiles`: bits per byte by position in the window (``zoo evaluate
+  --by-position``);
+- :func:`draw_attention_maps`: source x target attention maps, side by side (the lecture's slides
+  draw them this way; ``zoo translate --attention-map``).
+
+matplotlib (Agg backend) is imported only when a picture is drawn.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+import torch
 from torch import Tensor
 
-__all__ = ["AttentionMap", "draw_attention_maps"]
+from zoo.attention.patterns import AttentionPattern, get_pattern
+from zoo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zoo.evaluation import PositionProfile
+
+__all__ = [
+    "AttentionMap",
+    "draw_attention_maps",
+    "draw_pattern",
+    "draw_patterns_on_image",
+    "plot_position_profiles",
+]
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | os.PathLike) -> Path:
+    """Write ``fig`` to the PNG ``path`` (parents created), close it, return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
 
 
 class AttentionMap(NamedTuple):
@@ -35,10 +75,7 @@ def draw_attention_maps(
     Raises:
         ValueError: no maps, or a map whose weights do not match its labels.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     if not maps:
         raise ValueError("draw_attention_maps needs at least one map")
@@ -61,8 +98,156 @@ def draw_attention_maps(
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def draw_pattern(
+    name: str,
+    path: str | Path,
+    n: int = 64,
+    block_size: int = 4,
+    query: int | None = None,
+    head: int = 0,
+    **params: int | bool,
+) -> Path:
+    """Save a PNG of pattern ``name`` like the paper's Figure 3.
+
+    Left: the ``(n, n)`` connectivity matrix (rows are queries), coloured by component (A1, A2,
+    both) with the computed blocks of ``block_size`` shaded. Right: the positions that ``query``
+    (default: the last) attends to, laid out in rows of width ``stride`` (``width`` for
+    ``local_2d``, else ``sqrt(n)``).
+    """
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    pattern = get_pattern(name, **params)
+    n_heads = head + 1
+    factorized = "component" not in params and name in ("strided", "fixed")
+    parts = [get_pattern(name, **params, component=k) for k in (1, 2)] if factorized else [pattern]
+
+    def take(p: AttentionPattern, x: Tensor) -> Tensor:
+        return x[head] if p.per_head else x
+
+    m1, *rest = (take(p, p.mask(n, n_heads)) for p in parts)
+    m2 = rest[0] if rest else torch.zeros_like(m1)
+    blocks = take(pattern, pattern.layout(n, block_size, n_heads))
+    computed = blocks.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)[:n, :n]
+    # 0 nothing, 1 computed block only, 2 A1, 3 A2, 4 both
+    image = computed.long()
+    image[m1] = 2
+    image[m2] = 3
+    image[m1 & m2] = 4
+    cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868"])
+
+    width = params.get("stride") or params.get("width") or int(math.isqrt(n))
+    query = n - 1 if query is None else query
+    rows = math.ceil(n / width)
+    grid = torch.zeros(rows * width, dtype=torch.long)
+    grid[:n] = image[query]
+    grid[query] = 5
+    grid_cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868", "black"])
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 4.4), gridspec_kw={"width_ratios": [1, 1]})
+    ax0.imshow(image, cmap=cmap, vmin=0, vmax=4, interpolation="nearest")
+    ax0.set_title(
+        f"{pattern.name}\nconnectivity (rows: queries), blocks of {block_size}", fontsize=8
+    )
+    ax0.set_xlabel("key j")
+    ax0.set_ylabel("query i")
+    ax1.imshow(grid.view(rows, width), cmap=grid_cmap, vmin=0, vmax=5, interpolation="nearest")
+    ax1.set_title(f"keys of query {query} (black), rows of width {width}", fontsize=8)
+    ax1.set_xticks([])
+    ax1.set_yticks([])
+    handles = [
+        Patch(color=col, label=lab)
+        for col, lab in zip(
+            cmap.colors[1:], ["computed block, masked", "A1", "A2", "A1 and A2"], strict=True
+        )
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return _save(fig, path)
+
+
+def draw_patterns_on_image(
+    patterns: dict[str, AttentionPattern],
+    image: np.ndarray,
+    query_pixel: tuple[int, int],
+    path: str | Path,
+) -> Path:
+    """Save a PNG with one panel per pattern: which pixels of ``image`` one pixel attends to.
+
+    ``image``: ``(H, W, C)`` uint8, read as the zoo's raster sequence (channels innermost). The
+    query is the last channel of ``query_pixel`` (row, column); a pixel is shown in colour if the
+    query attends to any of its channels, greyed out otherwise, and the query pixel is outlined.
+    Returns the path written.
+    """
+    plt = _pyplot()
+
+    H, W, C = image.shape
+    n = H * W * C
+    query = (query_pixel[0] * W + query_pixel[1]) * C + C - 1
+    colour = image.astype(np.float32) / 255
+    grey = 0.35 + 0.3 * colour.mean(-1, keepdims=True).repeat(C, -1)
+    if C == 1:
+        colour, grey = colour.repeat(3, -1), grey.repeat(3, -1)
+    fig, axes = plt.subplots(1, len(patterns), figsize=(2.6 * len(patterns), 3.0), squeeze=False)
+    for ax, (title, pattern) in zip(axes[0], patterns.items(), strict=True):
+        keys = pattern.mask_mod(torch.zeros(()), torch.tensor(query), torch.arange(n))  # (n,) bool
+        seen = keys.view(H, W, C).any(-1).numpy()[..., None]
+        ax.imshow(np.where(seen, colour, grey * 0.6), interpolation="nearest")
+        r, c = query_pixel
+        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
+        ax.set_title(f"{title}\n{int(seen.sum())} of {H * W} pixels", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_position_profiles(
+    profiles: Sequence[tuple[str, PositionProfile]],
+    path: str | os.PathLike,
+    *,
+    title: str | None = None,
+) -> Path:
+    """A PNG line plot of bits per byte against position in the window (bucket centres, log x
+    axis), one line per ``(label, profile)``; positions past a profile's trained length are shaded
+    as extrapolation, with a dashed line at that length. Returns the path written.
+
+    Raises:
+        ConfigError: no profiles.
+    """
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    if not profiles:
+        raise ConfigError("plot_position_profiles needs at least one (label, profile)")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    marked = set()
+    for label, p in profiles:
+        pts = [(x, b) for x, b in zip(p.centres, p.bits, strict=True) if b is not None]
+        (line,) = ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
+        if p.extrapolated and p.max_seq_len not in marked:
+            marked.add(p.max_seq_len)
+            ax.axvline(p.max_seq_len, color=line.get_color(), linestyle="--", linewidth=1)
+            ax.axvspan(p.max_seq_len, p.context, color=line.get_color(), alpha=0.08)
+            ax.text(
+                p.max_seq_len, 0.98, f" trained length {p.max_seq_len:,}: extrapolation →",
+                color=line.get_color(), transform=ax.get_xaxis_transform(), fontsize=7,
+                va="top", ha="left",
+            )  # fmt: skip
+    if title is None:
+        first = profiles[0][1]
+        what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
+        title = f"bits per byte by position: {what} on {first.dataset} {first.split}"
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    ax.set_xlabel("position of the predicted byte in the window (bucket centre)")
+    ax.set_ylabel("bits per byte")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)

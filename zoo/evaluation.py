@@ -21,7 +21,6 @@ import datetime
 import json
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +39,6 @@ __all__ = [
     "load_metrics",
     "load_position_profile",
     "load_task",
-    "plot_position_profiles",
     "position_table",
     "save_metric",
     "save_position_profile",
@@ -398,60 +396,6 @@ def position_table(profile: PositionProfile) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_position_profiles(
-    profiles: Sequence[tuple[str, PositionProfile]],
-    path: str | os.PathLike,
-    *,
-    title: str | None = None,
-) -> Path:
-    """A PNG line plot of bits per byte against position in the window (bucket centres, log x
-    axis), one line per ``(label, profile)``; positions past a profile's trained length are shaded
-    as extrapolation, with a dashed line at that length. Returns the path written.
-
-    Raises:
-        ConfigError: no profiles.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    if not profiles:
-        raise ConfigError("plot_position_profiles needs at least one (label, profile)")
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    marked = set()
-    for label, p in profiles:
-        pts = [(x, b) for x, b in zip(p.centres, p.bits, strict=True) if b is not None]
-        (line,) = ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
-        if p.extrapolated and p.max_seq_len not in marked:
-            marked.add(p.max_seq_len)
-            ax.axvline(p.max_seq_len, color=line.get_color(), linestyle="--", linewidth=1)
-            ax.axvspan(p.max_seq_len, p.context, color=line.get_color(), alpha=0.08)
-            ax.text(
-                p.max_seq_len, 0.98, f" trained length {p.max_seq_len:,}: extrapolation →",
-                color=line.get_color(), transform=ax.get_xaxis_transform(), fontsize=7,
-                va="top", ha="left",
-            )  # fmt: skip
-    if title is None:
-        first = profiles[0][1]
-        what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
-        title = f"bits per byte by position: {what} on {first.dataset} {first.split}"
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,g}"))
-    ax.set_xlabel("position of the predicted byte in the window (bucket centre)")
-    ax.set_ylabel("bits per byte")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def save_position_profile(
     profile: PositionProfile, out_dir: str | os.PathLike, *, label: str | None = None
 ) -> list[Path]:
@@ -462,6 +406,8 @@ def save_position_profile(
     md, js, png = (out / f for f in BY_POSITION_FILES)
     md.write_text(position_table(profile))
     js.write_text(json.dumps(profile.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    from zoo.drawing import plot_position_profiles
+
     plot_position_profiles([(label or profile.source, profile)], png)
     return [md, js, png]
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from zoo.attention.patterns import draw_patterns_on_image, get_pattern
+from zoo.attention.patterns import get_pattern
 from zoo.data.images import load_images
+from zoo.drawing import draw_patterns_on_image
 from zoo.registry import get_preset
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from zoo.evaluation import load_position_profile, plot_position_profiles
+from zoo.drawing import plot_position_profiles
+from zoo.evaluation import load_position_profile
 
 
 def main() -> None:

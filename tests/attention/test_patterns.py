@@ -8,13 +8,13 @@ import torch
 from zoo.attention.patterns import (
     PATTERNS,
     causal,
-    draw_pattern,
     fixed,
     get_pattern,
     local,
     local_2d,
     strided,
 )
+from zoo.drawing import draw_pattern
 from zoo.errors import ConfigError
 
 

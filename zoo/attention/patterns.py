@@ -29,8 +29,8 @@ fixed       A1 ``floor(j/l) == floor(i/l)`` (own block); A2 ``j mod l in {l-c, .
 
 ``strided`` and ``fixed`` are factorized: ``component=1`` or ``2`` gives ``A1`` or ``A2`` alone, the
 default ``None`` their union (the paper's *merged head*). :func:`get_pattern` looks factories up by
-name; :func:`draw_pattern` saves a picture like the paper's Figure 3, and
-:func:`draw_patterns_on_image` the pixels one pixel of an image attends to.
+name. Pictures of them (the paper's Figure 3; the pixels one pixel of an image attends to) are
+drawn by :mod:`zoo.drawing`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -51,8 +49,6 @@ __all__ = [
     "PATTERNS",
     "AttentionPattern",
     "causal",
-    "draw_pattern",
-    "draw_patterns_on_image",
     "fixed",
     "get_pattern",
     "local",
@@ -312,124 +308,3 @@ def _component(
     if component not in (1, 2):
         raise ConfigError(f"component must be 1, 2 or None (their union), got {component}")
     return a1 if component == 1 else a2
-
-
-# --- pictures -----------------------------------------------------------------------------------
-
-
-def draw_pattern(
-    name: str,
-    path: str | Path,
-    n: int = 64,
-    block_size: int = 4,
-    query: int | None = None,
-    head: int = 0,
-    **params: int | bool,
-) -> Path:
-    """Save a PNG of pattern ``name`` like the paper's Figure 3.
-
-    Left: the ``(n, n)`` connectivity matrix (rows are queries), coloured by component (A1, A2,
-    both) with the computed blocks of ``block_size`` shaded. Right: the positions that ``query``
-    (default: the last) attends to, laid out in rows of width ``stride`` (``width`` for
-    ``local_2d``, else ``sqrt(n)``).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-
-    pattern = get_pattern(name, **params)
-    n_heads = head + 1
-    factorized = "component" not in params and name in ("strided", "fixed")
-    parts = [get_pattern(name, **params, component=k) for k in (1, 2)] if factorized else [pattern]
-
-    def take(p: AttentionPattern, x: Tensor) -> Tensor:
-        return x[head] if p.per_head else x
-
-    m1, *rest = (take(p, p.mask(n, n_heads)) for p in parts)
-    m2 = rest[0] if rest else torch.zeros_like(m1)
-    blocks = take(pattern, pattern.layout(n, block_size, n_heads))
-    computed = blocks.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)[:n, :n]
-    # 0 nothing, 1 computed block only, 2 A1, 3 A2, 4 both
-    image = computed.long()
-    image[m1] = 2
-    image[m2] = 3
-    image[m1 & m2] = 4
-    cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868"])
-
-    width = params.get("stride") or params.get("width") or int(math.isqrt(n))
-    query = n - 1 if query is None else query
-    rows = math.ceil(n / width)
-    grid = torch.zeros(rows * width, dtype=torch.long)
-    grid[:n] = image[query]
-    grid[query] = 5
-    grid_cmap = ListedColormap(["white", "#e8e8f0", "#4c72b0", "#dd8452", "#55a868", "black"])
-
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 4.4), gridspec_kw={"width_ratios": [1, 1]})
-    ax0.imshow(image, cmap=cmap, vmin=0, vmax=4, interpolation="nearest")
-    ax0.set_title(
-        f"{pattern.name}\nconnectivity (rows: queries), blocks of {block_size}", fontsize=8
-    )
-    ax0.set_xlabel("key j")
-    ax0.set_ylabel("query i")
-    ax1.imshow(grid.view(rows, width), cmap=grid_cmap, vmin=0, vmax=5, interpolation="nearest")
-    ax1.set_title(f"keys of query {query} (black), rows of width {width}", fontsize=8)
-    ax1.set_xticks([])
-    ax1.set_yticks([])
-    handles = [
-        matplotlib.patches.Patch(color=col, label=lab)
-        for col, lab in zip(
-            cmap.colors[1:], ["computed block, masked", "A1", "A2", "A1 and A2"], strict=True
-        )
-    ]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def draw_patterns_on_image(
-    patterns: dict[str, AttentionPattern],
-    image: np.ndarray,
-    query_pixel: tuple[int, int],
-    path: str | Path,
-) -> Path:
-    """Save a PNG with one panel per pattern: which pixels of ``image`` one pixel attends to.
-
-    ``image``: ``(H, W, C)`` uint8, read as the zoo's raster sequence (channels innermost). The
-    query is the last channel of ``query_pixel`` (row, column); a pixel is shown in colour if the
-    query attends to any of its channels, greyed out otherwise, and the query pixel is outlined.
-    Returns the path written.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    H, W, C = image.shape
-    n = H * W * C
-    query = (query_pixel[0] * W + query_pixel[1]) * C + C - 1
-    colour = image.astype(np.float32) / 255
-    grey = 0.35 + 0.3 * colour.mean(-1, keepdims=True).repeat(C, -1)
-    if C == 1:
-        colour, grey = colour.repeat(3, -1), grey.repeat(3, -1)
-    fig, axes = plt.subplots(1, len(patterns), figsize=(2.6 * len(patterns), 3.0), squeeze=False)
-    for ax, (title, pattern) in zip(axes[0], patterns.items(), strict=True):
-        keys = pattern.mask_mod(torch.zeros(()), torch.tensor(query), torch.arange(n))  # (n,) bool
-        seen = keys.view(H, W, C).any(-1).numpy()[..., None]
-        ax.imshow(np.where(seen, colour, grey * 0.6), interpolation="nearest")
-        r, c = query_pixel
-        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
-        ax.set_title(f"{title}\n{int(seen.sum())} of {H * W} pixels", fontsize=8)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
