@@ -48,8 +48,8 @@ def run_one(method: str, n: int) -> dict:
     """Measure one (method, n) in this process."""
     from zoo.kernels import BlockSparsePlan, block_sparse_attention
 
+    from zoo.attention.functional import column_attention
     from zoo.attention.patterns import strided
-    from zoo.attention.sparse import column_attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, H, n, D, requires_grad=True) for _ in range(3))

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.attention import MultiHeadAttention
 from zoo.attention.functional import masked_attention
-from zoo.attention.local import RelativePositions
+from zoo.attention.relative import RelativePositions
 from zoo.errors import ConfigError
 
 

@@ -14,8 +14,9 @@ from lightning import Trainer
 from PIL import Image
 
 import zoo
+from zoo.attention import functional
+from zoo.attention.functional import GatheredPlan, gathered_attention, query_blocks
 from zoo.attention.patterns import local_1d, local_2d
-from zoo.attention.sparse import GatheredPlan, gathered_attention
 from zoo.cli import main
 from zoo.data.images import BOS_ID, ImageDataModule
 from zoo.errors import ConfigError
@@ -34,7 +35,7 @@ PATTERNS = [
 
 @pytest.mark.parametrize("pattern, T", PATTERNS, ids=lambda p: getattr(p, "name", p))
 def test_query_blocks_partition_the_positions_and_hold_every_allowed_key(pattern, T):
-    q_index, k_index = pattern.query_blocks(T)
+    q_index, k_index = query_blocks(pattern, T)
     real = q_index[q_index >= 0]
     assert sorted(real.tolist()) == list(range(T))  # every position in exactly one block
     mask = pattern.mask(T)
@@ -75,7 +76,8 @@ def test_the_image_transformer_attends_through_its_pattern_in_every_layer():
         mask = local_1d(8, 4).mask(48)
         want = attn.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-5)
-    assert all(isinstance(p, GatheredPlan) for p in attn._plans.values())  # built once, kept
+    assert functional.route(attn.groups[0].pattern) == "gathered"
+    assert any(isinstance(p, GatheredPlan) for p in functional._PLANS.values())  # built, kept
     assert config.replace(attention="local_2d").pattern().name.startswith("local_2d(width=12,")
     with pytest.raises(ValueError, match="not block-local"):
         GatheredPlan.build(zoo.attention.patterns.causal(), 8, torch.device("cpu"))

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.attention import SparseSelfAttention
+from zoo.attention.functional import attend, route
 from zoo.attention.patterns import fixed, strided
 from zoo.errors import ConfigError
 from zoo.models import SparseTransformerConfig, SparseTransformerLM
@@ -71,7 +72,9 @@ def test_interleaving_alternates_the_components():
 def test_multihead_splits_heads_between_components():
     groups = model_with(pattern="strided", integration="multihead").blocks[0].attention.groups
     assert [(g.n_heads, g.pattern.name.rsplit(".", 1)[1]) for g in groups] == [(2, "A1"), (2, "A2")]
-    assert groups[1].pattern.column_stride == 8  # strided A2 runs on the transposed sequence
+    # strided A2 runs on the transposed sequence, A1 through the block-sparse op
+    assert [route(g.pattern) for g in groups] == ["block_sparse", "columns"]
+    assert groups[1].pattern.param("stride") == 8
 
 
 def test_checkpointing_attention_gives_the_same_gradients():
@@ -113,7 +116,7 @@ def test_decoding_takes_qk_in_fp32_so_half_precision_does_not_overflow(dtype):
     k[..., 3, :] = 119.0
     v = torch.randn(B, H, S, D)
     pattern = attn.groups[0].pattern
-    got = attn._decode(q.to(dtype), k.to(dtype), v.to(dtype), pattern, past=S - 1)
+    got = attend(q.to(dtype), k.to(dtype), v.to(dtype), pattern, past=S - 1)
     assert torch.isfinite(got).all()
     mask = pattern.mask(S)[-1:]
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
@@ -128,9 +131,9 @@ def test_decoding_scores_stay_fp32_under_autocast():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, n, 8, generator=g) * s for n, s in ((1, 6), (30, 6), (30, 1)))
     pattern = attn.groups[0].pattern
-    plain = attn._decode(q, k, v, pattern, past=29)
+    plain = attend(q, k, v, pattern, past=29)
     with torch.autocast("cpu", torch.bfloat16):
-        mixed = attn._decode(q, k, v, pattern, past=29)
+        mixed = attend(q, k, v, pattern, past=29)
     torch.testing.assert_close(mixed, plain, rtol=1e-6, atol=1e-6)
 
 
@@ -205,14 +208,17 @@ def test_config_round_trips_through_json(tmp_path):
 
 
 def test_plans_are_reused_and_bounded():
-    """A plan is built once per sequence length and reused; prefills of many lengths do not
-    accumulate plans without bound."""
-    from zoo.attention import sparse
+    """The engine builds a plan once per pattern and length and reuses it; prefills of many
+    lengths do not accumulate plans without bound."""
+    from zoo.attention import functional
 
-    attn = model_with(pattern="fixed", integration="merged").blocks[0].attention
-    first = attn.plan(0, 40, torch.device("cpu"))
-    assert attn.plan(0, 40, torch.device("cpu")) is first
-    for T in range(10, 10 + 3 * sparse.MAX_PLANS):
-        attn.plan(0, T, torch.device("cpu"))
-    assert len(attn._plans) == sparse.MAX_PLANS
-    assert (0, 10 + 3 * sparse.MAX_PLANS - 1, "cpu") in attn._plans  # the most recent stays
+    pattern = (
+        model_with(pattern="fixed", integration="merged").blocks[0].attention.groups[0].pattern
+    )
+    cpu = torch.device("cpu")
+    first = functional._plan(pattern, 40, 4, 8, cpu)
+    assert functional._plan(pattern, 40, 4, 8, cpu) is first
+    for T in range(10, 10 + 3 * functional.MAX_PLANS):
+        functional._plan(pattern, T, 4, 8, cpu)
+    assert len(functional._PLANS) == functional.MAX_PLANS
+    assert (pattern, 10 + 3 * functional.MAX_PLANS - 1, 4, 8, "cpu") in functional._PLANS  # per head

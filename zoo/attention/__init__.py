@@ -1,9 +1,11 @@
-"""Attention modules: the seam through which every family plugs its attention into the shared block."""
+"""Attention: the modules every family plugs into the shared block, and the one engine they call
+(:func:`attend`, :mod:`zoo.attention.functional`)."""
 
 from zoo.attention.cache import KVCache, LayerKVCache
 from zoo.attention.dense import CausalSelfAttention, MultiHeadAttention
-from zoo.attention.local import RelativePositions, local_attention
+from zoo.attention.functional import attend, local_attention, masked_attention
 from zoo.attention.patterns import AttentionPattern, get_pattern
+from zoo.attention.relative import RelativePositions
 from zoo.attention.routing import RoutingSelfAttention, SphericalKMeans
 from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 
@@ -18,6 +20,8 @@ __all__ = [
     "RoutingSelfAttention",
     "SparseSelfAttention",
     "SphericalKMeans",
+    "attend",
     "get_pattern",
     "local_attention",
+    "masked_attention",
 ]

@@ -1,7 +1,7 @@
-"""Dense multi-head causal self-attention (Vaswani et al. 2017, §3.2).
+"""Dense multi-head attention (Vaswani et al. 2017, §3.2).
 
-``softmax(Q K^T / sqrt(d_head)) V`` computed by ``torch.nn.functional.scaled_dot_product_attention``,
-which picks a fused (flash / memory-efficient) kernel when one applies.
+``softmax(Q K^T / sqrt(d_head)) V``, computed by the engine (:func:`zoo.attention.functional.attend`:
+PyTorch's fused ``scaled_dot_product_attention``, or the masked path for other mappings).
 
 This module is the *seam* of the zoo: a model's blocks call ``attention(x, cache)`` and nothing else,
 so the Sparse and Routing Transformers plug in their own attention module (same signature) without
@@ -12,16 +12,17 @@ Shape legend: B batch, T new positions, S cached + new positions, C d_model, H h
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
-from zoo.attention.functional import masked_attention
+from zoo.attention.functional import attend
 from zoo.attention.mappings import CONSTRAINED, MappingName
+from zoo.attention.patterns import causal
 from zoo.attention.rotary import RotaryEmbedding
 
 __all__ = ["CausalSelfAttention", "MultiHeadAttention"]
+
+CAUSAL = causal()
 
 
 class CausalSelfAttention(nn.Module):
@@ -78,16 +79,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.split_heads(x, past)  # (B, H, T, D)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, D), S = past + T
-        T, S = q.shape[2], k.shape[2]
         dropout_p = self.dropout if self.training else 0.0
-        if past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        else:
-            # query i (absolute position past + i) sees keys j <= past + i
-            rows = torch.arange(past, past + T, device=x.device)[:, None]
-            mask = torch.arange(S, device=x.device)[None, :] <= rows  # (T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        return self.merge_heads(y)
+        return self.merge_heads(attend(q, k, v, CAUSAL, past=past, dropout_p=dropout_p))
 
 
 class MultiHeadAttention(nn.Module):
@@ -172,21 +165,9 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)
         else:
             k, v = memory
-        T, S = q.shape[2], k.shape[2]
-        mask = None
-        if causal:
-            rows = torch.arange(past, past + T, device=x.device)[:, None]
-            mask = (torch.arange(S, device=x.device)[None, :] <= rows)[None, None]  # (1, 1, T, S)
-        if key_padding_mask is not None:
-            keep = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-            mask = keep if mask is None else mask & keep
-        if self.mapping != "softmax":
-            allowed = mask if mask is not None else torch.ones(1, 1, 1, 1, dtype=torch.bool)
-            y = masked_attention(q, k, v, allowed.to(q.device), mapping=self.mapping)
-        else:
-            dropout_p = self.dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            if mask is not None:  # rows with no visible key: SDPA gives NaN, the layer gives 0
-                y = y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-        B, H, _, D = y.shape
+        y = attend(
+            q, k, v, CAUSAL if causal else None, past=past, key_padding_mask=key_padding_mask,
+            mapping=self.mapping, dropout_p=self.dropout if self.training else 0.0,
+        )  # fmt: skip
+        B, H, T, D = y.shape
         return self.out_proj(y.transpose(1, 2).reshape(B, T, H * D))

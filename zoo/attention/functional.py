@@ -1,32 +1,199 @@
-"""The masked attention path that every materialised-score route shares.
+"""The attention engine: every family's attention is one call to :func:`attend`.
 
-Fused routes (SDPA, columns, blocks, the kernels) never materialise the score matrix. When one must
-be materialised, because a decode step gathers just the keys its pattern selects, because relative
-positions (Shaw et al. 2018) enter the scores, or because the mapping is not softmax
-(:mod:`zoo.attention.mappings`), it is computed here and nowhere else:
+``attend(q, k, v, pattern)`` computes ``mapping(q k^T / sqrt(d)) v`` with query ``i`` seeing key
+``j`` iff ``pattern.mask_mod(h, i, j)`` (and the key is not padding). Patterns are pure
+descriptions (:mod:`zoo.attention.patterns`); how one is computed is decided here, by
+:func:`route`, from its ``kind`` and parameters, and every route is exact (equal to the dense
+masked computation, :func:`masked_attention`, up to float rounding):
 
-    s = (q k^T) * scale [+ q . a^K_{i-j}]        fp32, autocast off
-    p = mapping(s masked to -inf where not allowed)   a row with no allowed key gives zeros
-    y = p v [+ sum_j p_ij a^V_{i-j}]             fp32, returned in the dtype of v
+==============  ================================================================================
+``dense``       no pattern (encoder, cross attention) or ``causal``: PyTorch's fused SDPA
+``columns``     strided ``A2`` (``(i - j) mod l == 0``): dense causal attention down each column
+                of the ``(T / l, l)`` grid (Child et al. 2019, §5.5, "transposing the matrix")
+``local``       ``local(window)``: blocks of ``window`` queries against their block and the one
+                before, as SDPA heads; also takes segment ids and Shaw relative positions
+``gathered``    ``local_1d`` / ``local_2d``: each query block gathers its own memory (Parmar et
+                al. 2018, §3.2) and runs densely
+``block_sparse`` any other pattern: :func:`zoo.kernels.block_sparse_attention` over its block
+                layout (Triton on CUDA, the chunked reference elsewhere)
+``decode``      new queries after ``past`` cached positions under a pattern: only the keys the
+                pattern selects are gathered, then the masked path
+``materialised``  a mapping other than softmax (:mod:`zoo.attention.mappings`): the masked path
+==============  ================================================================================
 
-Shape legend: ``...`` any batch dims (batch, heads, blocks), Lq queries, Lk keys, D head dim.
+:func:`masked_attention` is the one place where a score matrix is materialised (fp32, autocast off,
+empty rows -> zeros); the ``decode`` and ``materialised`` routes, Shaw relative positions and the
+routing layer's decode step use it.
+
+Precision on a CPU: the routes of many short problems (``local``, ``gathered``, ``columns`` of
+stride > 1) run SDPA in fp32 even under autocast (:func:`zoo.kernels.sdpa`, faster there); the one
+long ``dense`` problem is left to autocast.
+
+Shape legend: B batch, H heads, T new positions, S keys (cached + new), D head dim, W window, nb
+blocks. ``...`` any batch dims.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.mappings import MappingName, map_scores
+from zoo.attention.patterns import AttentionPattern
+from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa
 
 if TYPE_CHECKING:
-    from zoo.attention.local import RelativePositions
+    from zoo.attention.relative import RelativePositions
 
-__all__ = ["masked_attention"]
+__all__ = [
+    "GatheredPlan",
+    "Route",
+    "attend",
+    "column_attention",
+    "gathered_attention",
+    "local_attention",
+    "masked_attention",
+    "query_blocks",
+    "route",
+]
+
+Route = Literal["dense", "columns", "local", "gathered", "block_sparse", "decode", "materialised"]
+MAX_PLANS = 32  # block-sparse / gathered plans kept (one per pattern, length, heads, device)
+_PLANS: OrderedDict[tuple, BlockSparsePlan | GatheredPlan] = OrderedDict()
 
 
+# --- the planner ---------------------------------------------------------------------------------
+def route(
+    pattern: AttentionPattern | None, *, past: int = 0, mapping: MappingName = "softmax"
+) -> Route:
+    """The route :func:`attend` takes for ``pattern`` (``None``: every key) after ``past`` cached
+    positions, with ``mapping``."""
+    if mapping != "softmax":
+        return "materialised"
+    if pattern is None or pattern.kind == "causal":
+        return "dense"
+    if past:
+        return "decode"
+    if pattern.kind == "strided" and pattern.param("component") == 2:
+        return "columns"
+    if pattern.kind == "local":
+        return "local"
+    if pattern.kind in ("local_1d", "local_2d"):
+        return "gathered"
+    return "block_sparse"
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    pattern: AttentionPattern | None = None,
+    *,
+    past: int = 0,
+    key_padding_mask: Tensor | None = None,
+    mapping: MappingName = "softmax",
+    dropout_p: float = 0.0,
+    block_size: int = 64,
+    segments: Tensor | None = None,
+    positions: Tensor | None = None,
+    relative: RelativePositions | None = None,
+) -> Tensor:
+    """Attention of ``q`` to ``k, v`` under ``pattern``, by the route :func:`route` picks.
+
+    Args:
+        q: ``(B, H, T, D)``, the queries at positions ``past .. past + T - 1``.
+        k, v: ``(B, H, S, D)``, keys and values at positions ``0 .. S - 1`` (``S = past + T`` for
+            self-attention with a cache; any ``S`` for cross attention, ``pattern=None``).
+        pattern: who attends to whom (``None``: everyone to every key, bidirectional); a
+            ``per_head`` pattern's head index counts within these ``H`` heads.
+        past: cached positions before the queries.
+        key_padding_mask: ``(B, S)`` bool, True at real keys (``dense`` and ``materialised``
+            routes). A query with no visible key gets zeros.
+        mapping: scores to probabilities (:mod:`zoo.attention.mappings`); not softmax means the
+            ``materialised`` route.
+        dropout_p: dropout on the probabilities (``dense`` route only; the caller passes 0 in
+            eval mode).
+        block_size: block edge of the block-sparse layout.
+        segments, positions, relative: for ``local``: per-position segment ids ``(B, H, T)``
+            (attend only within a segment), the positions relative distances count from, and Shaw
+            relative positions (see :func:`local_attention`).
+
+    Returns:
+        ``(B, H, T, D)`` in the dtype of ``v``.
+
+    Raises:
+        ValueError: an argument the chosen route cannot honour (dropout, padding or segments on a
+            route that has none), so nothing is silently ignored.
+    """
+    r = route(pattern, past=past, mapping=mapping)
+    if dropout_p and r != "dense":
+        raise ValueError(f"attention dropout is supported on the dense route only, not {r!r}")
+    if key_padding_mask is not None and r not in ("dense", "materialised"):
+        raise ValueError(f"key_padding_mask is not supported on the {r!r} route")
+    if (segments is not None or relative is not None) and r != "local":
+        raise ValueError(f"segments and relative positions need the local route, not {r!r}")
+    if r == "dense":
+        return dense_attention(q, k, v, causal=pattern is not None, past=past,
+                               key_padding_mask=key_padding_mask, dropout_p=dropout_p)  # fmt: skip
+    if r == "materialised":
+        allowed = _allowed(pattern, q.shape[1], past, q.shape[2], k.shape[2], q.device)
+        if key_padding_mask is not None:
+            allowed = allowed & key_padding_mask[:, None, None, :]
+        return masked_attention(q, k, v, allowed, mapping=mapping)
+    assert pattern is not None
+    if r == "decode":
+        return decode_attention(q, k, v, pattern, past)
+    if r == "columns":
+        return column_attention(q, k, v, pattern.param("stride"))
+    if r == "local":
+        return local_attention(q, k, v, pattern.param("window"), segments=segments,
+                               positions=positions, relative=relative)  # fmt: skip
+    plan = _plan(pattern, q.shape[2], q.shape[1], block_size, q.device)
+    if r == "gathered":
+        return gathered_attention(q, k, v, plan)
+    return block_sparse_attention(q, k, v, plan)
+
+
+def _allowed(
+    pattern: AttentionPattern | None, n_heads: int, past: int, T: int, S: int, device
+) -> Tensor:
+    """``pattern``'s mask for queries ``past..past+T-1`` and keys ``0..S-1``: bool, broadcastable
+    to ``(1, H, T, S)`` (all True without a pattern)."""
+    if pattern is None:
+        return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
+    heads = torch.arange(n_heads if pattern.per_head else 1, device=device)[:, None, None]
+    rows = torch.arange(past, past + T, device=device)[:, None]
+    m = pattern.mask_mod(heads, rows, torch.arange(S, device=device)[None, :])
+    return torch.broadcast_to(m, (heads.shape[0], T, S))[None]
+
+
+def _plan(
+    pattern: AttentionPattern, T: int, n_heads: int, block_size: int, device: torch.device
+) -> BlockSparsePlan | GatheredPlan:
+    """The plan of ``pattern`` at length ``T``, built once (the ``MAX_PLANS`` most recently used
+    are kept: prefills of many prompt lengths would otherwise pile up)."""
+    key = (pattern, T, n_heads if pattern.per_head else 1, block_size, str(device))
+    if key in _PLANS:
+        _PLANS.move_to_end(key)
+        return _PLANS[key]
+    if pattern.kind in ("local_1d", "local_2d"):
+        plan: BlockSparsePlan | GatheredPlan = GatheredPlan.build(pattern, T, device)
+    else:
+        layout = pattern.layout(T, block_size, n_heads).to(device)
+        plan = BlockSparsePlan(layout, block_size, T, mask_mod=pattern.mask_mod)
+    _PLANS[key] = plan
+    while len(_PLANS) > MAX_PLANS:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+# --- the masked path -----------------------------------------------------------------------------
 def masked_attention(
     q: Tensor,
     k: Tensor,
@@ -41,12 +208,15 @@ def masked_attention(
     distance: Tensor | None = None,
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Attention with the score matrix materialised, under a boolean mask, in fp32.
+    """Attention with the score matrix materialised, under a boolean mask, in fp32:
+
+        s = (q k^T [+ q . a^K_{i-j}]) * scale,  p = mapping(s, -inf where not allowed),
+        y = p v [+ sum_j p_ij a^V_{i-j}]
 
     Args:
         q: ``(..., Lq, D)``; k, v: ``(..., Lk, D)`` (``v`` may have another last dim).
         allowed: bool, broadcastable to ``(..., Lq, Lk)``: which keys each query may attend to.
-        scale: multiplies ``q k^T`` (default ``D ** -0.5``, Vaswani et al. 2017 §3.2.1).
+        scale: multiplies the scores (default ``D ** -0.5``, Vaswani et al. 2017 §3.2.1).
         mapping: scores to probabilities (:func:`zoo.attention.mappings.map_scores`), with its
             ``upper`` (csoftmax / csparsemax) and ``lam`` (fusedmax).
         relative: Shaw et al. relative positions; then ``distance`` (int64 ``i - j``,
@@ -74,3 +244,238 @@ def masked_attention(
             out = out + relative.values_of(p, dist)
     out = out.to(v.dtype)
     return (out, p) if return_weights else out
+
+
+# --- the routes ----------------------------------------------------------------------------------
+def dense_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool,
+    past: int = 0,
+    key_padding_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """SDPA over every key (``causal``: keys ``j <= past + i``), padding masked; rows with no
+    visible key give zeros (SDPA would give NaN)."""
+    if causal and not past and key_padding_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    T, S = q.shape[2], k.shape[2]
+    mask = None
+    if causal:  # query i (absolute position past + i) sees keys j <= past + i
+        rows = torch.arange(past, past + T, device=q.device)[:, None]
+        mask = torch.arange(S, device=q.device)[None, :] <= rows  # (T, S)
+    if key_padding_mask is not None:
+        keep = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        mask = keep if mask is None else mask & keep
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    if key_padding_mask is not None:
+        y = y.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return y
+
+
+def column_attention(q: Tensor, k: Tensor, v: Tensor, stride: int) -> Tensor:
+    """Exact strided ``A2``: query ``i`` attends to keys ``j <= i`` with ``(i - j) mod stride == 0``.
+
+    ``(B, H, T, D) -> (B, H, T, D)``. Position ``i`` is cell ``(i // l, i % l)`` of a ``(T/l, l)``
+    grid; transposing makes each column a contiguous causal sequence (Child et al. 2019, §5.5).
+    Padding goes at the end of each column, after every real query, so causality excludes it.
+    """
+    B, H, T, D = q.shape
+    rows = math.ceil(T / stride)
+
+    def to_columns(x: Tensor) -> Tensor:
+        x = F.pad(x, (0, 0, 0, rows * stride - T)).view(B, H, rows, stride, -1)
+        return x.transpose(2, 3).reshape(B, H * stride, rows, x.shape[-1])  # (B, H l, rows, D)
+
+    y = F.scaled_dot_product_attention(*map(to_columns, (q, k, v)), is_causal=True)
+    y = y.view(B, H, stride, rows, -1).transpose(2, 3).reshape(B, H, rows * stride, -1)
+    return y[:, :, :T]
+
+
+def local_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    *,
+    segments: Tensor | None = None,
+    positions: Tensor | None = None,
+    relative: RelativePositions | None = None,
+) -> Tensor:
+    """Causal attention of each position to the previous ``window`` positions (itself included):
+    the local heads of the Routing Transformer (Roy et al. 2020 §4), the Image Transformer's 1-D
+    local attention.
+
+    Runs blockwise in ``O(T * window)``: the sequence is cut into blocks of ``window`` positions
+    and each block attends to itself and the block before it, a ``(window, 2 window)`` problem per
+    block handed to SDPA (fp32 on a CPU).
+
+    Args:
+        q, k, v: ``(B, H, T, D)``.
+        window: ``W``; position ``i`` attends to ``j`` with ``i - W < j <= i``.
+        segments: optional ``(B, H, T)`` ids; then also ``segments[j] == segments[i]`` (the
+            Routing Transformer's causal routing runs on a sequence sorted by cluster).
+        positions: optional ``(B, H, T)`` positions used for relative distances (default
+            ``0..T-1``; a sequence sorted by cluster passes its tokens' original positions).
+        relative: Shaw relative positions (the masked path per block); ``None`` runs SDPA.
+
+    Returns:
+        ``(B, H, T, D)`` in the dtype of ``v``.
+    """
+    B, H, T, D = q.shape
+    if window >= T and segments is None and relative is None:  # the window covers everything
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # as dense attention
+    W = min(window, T)
+    nb = math.ceil(T / W)
+    pad = nb * W - T
+
+    def key_blocks(x: Tensor, fill: int = 0) -> Tensor:
+        """``(B, H, T, ...)`` -> per block the block before and itself ``(B, H, nb, 2W, ...)``."""
+        tail = x.shape[3:]
+        x = x.reshape(B, H, T, -1)
+        x = F.pad(x, (0, 0, W, pad), value=fill).view(B, H, nb + 1, W, -1)  # a block in front
+        x = torch.cat([x[:, :, :-1], x[:, :, 1:]], 3)  # (B, H, nb, 2W, ...): cheap backward
+        return x.reshape(B, H, nb, 2 * W, *tail)
+
+    qb = F.pad(q, (0, 0, 0, pad)).view(B, H, nb, W, D)
+    kb, vb = key_blocks(k), key_blocks(v)
+    qpos = torch.arange(nb * W, device=q.device).view(nb, W, 1)
+    kpos = (torch.arange(nb, device=q.device) * W - W).view(nb, 1, 1) + torch.arange(
+        2 * W, device=q.device
+    )
+    allowed = (qpos - kpos >= 0) & (qpos - kpos < window) & (kpos >= 0)  # (nb, W, 2W)
+    if segments is not None:
+        sq = F.pad(segments, (0, pad), value=-1).view(B, H, nb, W, 1)
+        sk = key_blocks(segments, fill=-2).view(B, H, nb, 1, 2 * W)
+        allowed = allowed & (sq == sk)  # (B, H, nb, W, 2W)
+    if relative is not None:
+        if positions is None:
+            distance = qpos - kpos  # (nb, W, 2W)
+        else:
+            pq = F.pad(positions, (0, pad)).view(B, H, nb, W, 1)
+            pk = key_blocks(positions).view(B, H, nb, 1, 2 * W)
+            distance = pq - pk
+        y = masked_attention(qb, kb, vb, allowed, relative=relative, distance=distance)
+    else:  # blocks as SDPA's heads, so one (nb, W, 2W) mask serves every (batch, head)
+        y = sdpa(
+            qb.reshape(-1, nb, W, D),
+            kb.reshape(-1, nb, 2 * W, D),
+            vb.reshape(-1, nb, 2 * W, vb.shape[-1]),
+            attn_mask=allowed.reshape(-1, nb, W, 2 * W),
+        )
+    return y.reshape(B, H, nb * W, -1)[:, :, :T]
+
+
+def query_blocks(pattern: AttentionPattern, n: int) -> tuple[Tensor, Tensor]:
+    """The query blocks of a block-local pattern (``local_1d``, ``local_2d``) over ``n``
+    positions: ``(q_index, k_index)``, int64 ``(nb, Lq)`` and ``(nb, Lk)`` with ``-1`` as
+    padding. The blocks partition ``0..n-1`` and each block's keys include every key its queries
+    may attend to (Parmar et al. 2018, §3.2: query blocks and their memory).
+
+    Raises:
+        ValueError: ``pattern`` is not block-local.
+    """
+    p = dict(pattern.params)
+    if pattern.kind == "local_1d":
+        lq, lm = p["query_block"], p["memory"]
+        starts = torch.arange(0, n, lq)[:, None]  # (nb, 1)
+        q_index = starts + torch.arange(lq)  # the block
+        k_index = starts - lm + torch.arange(lm + lq)  # the memory, then the block
+        return _valid(q_index, n), _valid(k_index, n)
+    if pattern.kind != "local_2d":
+        raise ValueError(f"{pattern.name} is not block-local (local_1d or local_2d)")
+    width, hq, wq = p["width"], p["query_height"], p["query_width"]
+    hm, wm = p["memory_height"], p["memory_width"]
+    n_rows = math.ceil(n / width)
+    top = torch.arange(0, n_rows, hq).repeat_interleave(math.ceil(width / wq))  # (nb,)
+    left = torch.arange(0, width, wq).repeat(math.ceil(n_rows / hq))
+
+    def rectangles(r0: Tensor, c0: Tensor, h: int, w: int) -> Tensor:
+        rows = r0[:, None, None] + torch.arange(h)[:, None]  # (nb, h, 1)
+        cols = c0[:, None, None] + torch.arange(w)  # (nb, 1, w)
+        index = rows * width + cols
+        inside = (rows >= 0) & (cols >= 0) & (cols < width)
+        return torch.where(inside, index, -1).flatten(1)  # raster order within the block
+
+    q_index = rectangles(top, left, hq, wq)
+    k_index = rectangles(top - hm, left - wm, hm + hq, wq + 2 * wm)
+    return _valid(q_index, n), _valid(k_index, n)
+
+
+def _valid(index: Tensor, n: int) -> Tensor:
+    """``index`` with positions outside ``0..n-1`` replaced by ``-1``."""
+    return torch.where((index >= 0) & (index < n), index, -1)
+
+
+@dataclass(frozen=True)
+class GatheredPlan:
+    """What :func:`gathered_attention` needs for a block-local pattern at one length, built once.
+
+    ``q_index`` ``(nb, Lq)`` and ``k_index`` ``(nb, Lk)``: positions of each query block and of its
+    memory (``T`` marks padding: a zero row appended there); ``allowed`` ``(nb, Lq, Lk)`` bool: the
+    pattern inside each block; ``slot`` ``(T,)``: where each position's output lands in the
+    flattened blocks.
+    """
+
+    q_index: Tensor
+    k_index: Tensor
+    allowed: Tensor
+    slot: Tensor
+
+    @classmethod
+    def build(cls, pattern: AttentionPattern, T: int, device: torch.device) -> GatheredPlan:
+        """Raises ``ValueError`` if ``pattern`` is not block-local."""
+        q_index, k_index = query_blocks(pattern, T)  # -1 = padding
+        allowed = pattern.mask_mod(0, q_index[:, :, None], k_index[:, None, :])
+        allowed &= (q_index >= 0)[:, :, None] & (k_index >= 0)[:, None, :]
+        allowed[:, :, 0] |= ~allowed.any(-1)  # padding queries: any key, output dropped
+        real = q_index.flatten() >= 0
+        slot = torch.empty(T, dtype=torch.long)
+        slot[q_index.flatten()[real]] = torch.arange(q_index.numel())[real]
+        q_index, k_index = q_index.where(q_index >= 0, T), k_index.where(k_index >= 0, T)
+        return cls(*(x.to(device) for x in (q_index, k_index, allowed, slot)))
+
+
+def gathered_attention(q: Tensor, k: Tensor, v: Tensor, plan: GatheredPlan) -> Tensor:
+    """Exact attention under a block-local pattern (``local_1d``, ``local_2d``), per query block.
+
+    ``(B, H, T, D) -> (B, H, T, D)``. Each query block gathers its own keys (the Image Transformer's
+    memory, Parmar et al. 2018 §3.2) and runs as one dense masked problem; the blocks are SDPA's
+    heads, so one ``(nb, Lq, Lk)`` mask serves every batch row and head. Work ``O(T Lk)``.
+    """
+    B, H, T, D = q.shape
+
+    def gather(x: Tensor, index: Tensor) -> Tensor:  # (B H, nb, L, D); index T = the zero row
+        return F.pad(x, (0, 0, 0, 1))[:, :, index].flatten(0, 1)
+
+    y = sdpa(
+        gather(q, plan.q_index),
+        gather(k, plan.k_index),
+        gather(v, plan.k_index),
+        attn_mask=plan.allowed,
+    )  # (B H, nb, Lq, D)
+    return y.view(B, H, -1, y.shape[-1])[:, :, plan.slot]
+
+
+def decode_attention(
+    q: Tensor, k: Tensor, v: Tensor, pattern: AttentionPattern, past: int
+) -> Tensor:
+    """New queries at ``past..past+T-1`` against the cached keys their pattern selects.
+
+    ``q``: ``(B, h, T, D)``; ``k, v``: ``(B, h, S, D)``. Only the selected keys are gathered
+    (``O(|A_i|)`` per token, not ``O(S)``); scores and softmax in fp32, as Child et al. (2019,
+    §5.6) cast queries and keys when sampling.
+    """
+    B, h, T, D = q.shape
+    S, dev = k.shape[2], q.device
+    allowed = _allowed(pattern, h, past, T, S, dev)[0].expand(h, T, S)
+    needed = allowed.any(1)  # (h, S): keys any new query uses
+    n_keys = int(needed.sum(-1).max())
+    idx = torch.sort((~needed).to(torch.uint8), dim=-1, stable=True).indices[:, :n_keys]
+    keep = torch.gather(allowed, 2, idx[:, None, :].expand(h, T, n_keys))  # (h, T, K)
+    keep = keep & (torch.arange(n_keys, device=dev) < needed.sum(-1, keepdim=True))[:, None]
+    gather = idx[None, :, :, None].expand(B, h, n_keys, D)
+    ks, vs = torch.gather(k, 2, gather), torch.gather(v, 2, gather)  # (B, h, K, D)
+    return masked_attention(q, ks, vs, keep)

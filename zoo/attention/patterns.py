@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -62,29 +63,28 @@ MaskMod = Callable[[Tensor, Tensor, Tensor], Tensor]  # (head, q_idx, kv_idx) ->
 
 @dataclass(frozen=True)
 class AttentionPattern:
-    """A named causal attention pattern.
+    """A named causal attention pattern: a pure description, with no execution hints (how a pattern
+    is computed is :func:`zoo.attention.functional.attend`'s choice).
 
     Attributes:
         name: e.g. ``"fixed(stride=128, c=32).A2"``.
         mask_mod: ``(head, q_idx, kv_idx) -> bool`` on broadcastable int64 tensors.
         per_head: whether ``mask_mod`` depends on the head (then masks and layouts get a head dim).
-        column_stride: set when the pattern is exactly ``{j <= i : (i - j) mod l == 0}`` (strided
-            ``A2``; ``causal`` is ``l = 1``), which attention modules may compute on the
-            transposed sequence with a dense kernel.
-        query_blocks: set for block-local patterns (``local_1d``, ``local_2d``): ``n -> (q_index,
-            k_index)``, int64 ``(nb, Lq)`` and ``(nb, Lk)`` with ``-1`` as padding. The query
-            blocks partition ``0..n-1`` and each block's keys include every key its queries may
-            attend to, so attention can gather each block's keys and run densely
-            (:func:`zoo.attention.sparse.gathered_attention`).
+        kind: the catalogue factory that made it (``"strided"``, ``"local_1d"``, ...;
+            ``"union"`` for ``a | b``, ``"custom"`` otherwise).
+        params: that factory's arguments, as ``(name, value)`` pairs (``component`` included for
+            the factorized patterns: 1, 2 or None for their union).
     """
 
     name: str
     mask_mod: MaskMod = field(repr=False, compare=False)
     per_head: bool = False
-    column_stride: int | None = None
-    query_blocks: Callable[[int], tuple[Tensor, Tensor]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    kind: str = "custom"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, key: str, default: Any = None) -> Any:
+        """The factory argument ``key`` (``default`` when it has none)."""
+        return dict(self.params).get(key, default)
 
     def __or__(self, other: AttentionPattern) -> AttentionPattern:
         """The union: one head attending to the keys of both (the paper's merged head, Eq. 7)."""
@@ -93,6 +93,7 @@ class AttentionPattern:
             f"{self.name} | {other.name}",
             lambda h, q, k: a(h, q, k) | b(h, q, k),
             self.per_head or other.per_head,
+            kind="union",
         )
 
     def _heads(self, n_heads: int | None) -> Tensor:
@@ -134,13 +135,18 @@ class AttentionPattern:
 
 def causal() -> AttentionPattern:
     """Dense autoregressive attention, ``A_i = {j : j <= i}``."""
-    return AttentionPattern("causal", lambda h, q, k: k <= q, column_stride=1)
+    return AttentionPattern("causal", lambda h, q, k: k <= q, kind="causal")
 
 
 def local(window: int) -> AttentionPattern:
     """Sliding window: ``A_i = {j : i - window < j <= i}`` (``window`` positions, itself included)."""
     _positive(window=window)
-    return AttentionPattern(f"local(window={window})", lambda h, q, k: (k <= q) & (q - k < window))
+    return AttentionPattern(
+        f"local(window={window})",
+        lambda h, q, k: (k <= q) & (q - k < window),
+        kind="local",
+        params=(("window", window),),
+    )
 
 
 def strided(stride: int, component: int | None = None) -> AttentionPattern:
@@ -151,9 +157,10 @@ def strided(stride: int, component: int | None = None) -> AttentionPattern:
     """
     _positive(stride=stride)
     l = stride
-    a1 = AttentionPattern(f"strided(stride={l}).A1", lambda h, q, k: (k <= q) & (q - k <= l))
+    kw = dict(kind="strided", params=(("stride", l),))
+    a1 = AttentionPattern(f"strided(stride={l}).A1", lambda h, q, k: (k <= q) & (q - k <= l), **kw)
     a2 = AttentionPattern(
-        f"strided(stride={l}).A2", lambda h, q, k: (k <= q) & ((q - k) % l == 0), column_stride=l
+        f"strided(stride={l}).A2", lambda h, q, k: (k <= q) & ((q - k) % l == 0), **kw
     )
     return _component(a1, a2, component)
 
@@ -178,14 +185,17 @@ def fixed(
             f"summaries); got stride={l}, c={c}"
         )
     tag = f"fixed(stride={l}, c={c}{', distinct' if distinct_summaries else ''})"
-    a1 = AttentionPattern(f"{tag}.A1", lambda h, q, k: (k <= q) & (k // l == q // l))
+    kw = dict(
+        kind="fixed", params=(("stride", l), ("c", c), ("distinct_summaries", distinct_summaries))
+    )
+    a1 = AttentionPattern(f"{tag}.A1", lambda h, q, k: (k <= q) & (k // l == q // l), **kw)
 
     def summaries(h: Tensor, q: Tensor, k: Tensor) -> Tensor:
         start = l - c * (1 + (h % (l // c) if distinct_summaries else 0))  # (H, 1, 1) or int
         r = k % l
         return (k <= q) & (r >= start) & (r < start + c)
 
-    a2 = AttentionPattern(f"{tag}.A2", summaries, per_head=distinct_summaries)
+    a2 = AttentionPattern(f"{tag}.A2", summaries, per_head=distinct_summaries, **kw)
     return _component(a1, a2, component)
 
 
@@ -200,17 +210,11 @@ def local_1d(query_block: int, memory: int) -> AttentionPattern:
     if memory < 0:
         raise ConfigError(f"memory must be >= 0, got {memory}")
     lq, lm = query_block, memory
-
-    def query_blocks(n: int) -> tuple[Tensor, Tensor]:
-        starts = torch.arange(0, n, lq)[:, None]  # (nb, 1)
-        q_index = starts + torch.arange(lq)  # the block
-        k_index = starts - lm + torch.arange(lm + lq)  # the memory, then the block
-        return _valid(q_index, n), _valid(k_index, n)
-
     return AttentionPattern(
         f"local_1d(query_block={lq}, memory={lm})",
         lambda h, q, k: (k <= q) & (k >= (q // lq) * lq - lm),
-        query_blocks=query_blocks,
+        kind="local_1d",
+        params=(("query_block", lq), ("memory", lm)),
     )
 
 
@@ -238,32 +242,18 @@ def local_2d(
         row, col = k // width, k % width
         return (k <= q) & (row >= top) & (col >= left) & (col < left + wq + 2 * wm)
 
-    def query_blocks(n: int) -> tuple[Tensor, Tensor]:
-        n_rows = math.ceil(n / width)
-        top = torch.arange(0, n_rows, hq).repeat_interleave(math.ceil(width / wq))  # (nb,)
-        left = torch.arange(0, width, wq).repeat(math.ceil(n_rows / hq))
-
-        def rectangles(r0: Tensor, c0: Tensor, h: int, w: int) -> Tensor:
-            rows = r0[:, None, None] + torch.arange(h)[:, None]  # (nb, h, 1)
-            cols = c0[:, None, None] + torch.arange(w)  # (nb, 1, w)
-            index = rows * width + cols
-            inside = (rows >= 0) & (cols >= 0) & (cols < width)
-            return torch.where(inside, index, -1).flatten(1)  # raster order within the block
-
-        q_index = rectangles(top, left, hq, wq)
-        k_index = rectangles(top - hm, left - wm, hm + hq, wq + 2 * wm)
-        return _valid(q_index, n), _valid(k_index, n)
-
     return AttentionPattern(
         f"local_2d(width={width}, query={hq}x{wq}, memory={hm} up, {wm} left/right)",
         mask_mod,
-        query_blocks=query_blocks,
+        kind="local_2d",
+        params=(
+            ("width", width),
+            ("query_height", hq),
+            ("query_width", wq),
+            ("memory_height", hm),
+            ("memory_width", wm),
+        ),
     )
-
-
-def _valid(index: Tensor, n: int) -> Tensor:
-    """``index`` with positions outside ``0..n-1`` replaced by ``-1``."""
-    return torch.where((index >= 0) & (index < n), index, -1)
 
 
 PATTERNS: dict[str, Callable[..., AttentionPattern]] = {
@@ -303,8 +293,10 @@ def _positive(**values: int) -> None:
 def _component(
     a1: AttentionPattern, a2: AttentionPattern, component: int | None
 ) -> AttentionPattern:
-    if component is None:
-        return AttentionPattern(a1.name.removesuffix(".A1"), (a1 | a2).mask_mod, a2.per_head)
-    if component not in (1, 2):
+    if component not in (1, 2, None):
         raise ConfigError(f"component must be 1, 2 or None (their union), got {component}")
-    return a1 if component == 1 else a2
+    if component is None:
+        pattern = AttentionPattern(a1.name.removesuffix(".A1"), (a1 | a2).mask_mod, a2.per_head)
+    else:
+        pattern = a1 if component == 1 else a2
+    return replace(pattern, kind=a1.kind, params=(*a1.params, ("component", component)))

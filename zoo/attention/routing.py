@@ -4,7 +4,7 @@ Transformers", TACL; Algorithm 1, §4.1) with local heads beside it.
 :class:`SphericalKMeans` holds one head's worth of centroids per routing head (a buffer, moved by an
 exponential moving average of the queries and keys assigned to each centroid, never by gradients).
 :class:`RoutingSelfAttention` splits a layer's heads into local heads (sliding window,
-:func:`zoo.attention.local.local_attention`) and routing heads, whose queries attend only to the
+:func:`zoo.attention.functional.local_attention`) and routing heads, whose queries attend only to the
 keys routed to the same centroid.
 
 How a routing head picks its clusters (``routing``):
@@ -39,8 +39,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
-from zoo.attention.functional import masked_attention
-from zoo.attention.local import RelativePositions, local_attention
+from zoo.attention.functional import attend, masked_attention
+from zoo.attention.patterns import local
+from zoo.attention.relative import RelativePositions
 from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
@@ -369,7 +370,7 @@ class RoutingSelfAttention(nn.Module):
     def _local(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if not self.n_local:  # a layer of routing heads only
             return v
-        return local_attention(q, k, v, self.window, relative=self.relative)
+        return attend(q, k, v, local(self.window), relative=self.relative)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Routing heads over a whole sequence: ``(B, h, T, D)`` -> ``(B, h, T, D)``."""
@@ -447,8 +448,8 @@ class RoutingSelfAttention(nn.Module):
         positions = torch.arange(T, device=q.device)
         order = (clusters * T + positions).argsort(-1)  # (B, h, T)
         gather = order[..., None].expand(B, h, T, D)
-        y = local_attention(
-            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), self.causal_window,
+        y = attend(
+            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), local(self.causal_window),
             segments=clusters.gather(2, order), positions=order, relative=self.relative,
         )  # fmt: skip
         return torch.empty_like(y).scatter(2, gather, y)
