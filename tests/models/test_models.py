@@ -1,36 +1,23 @@
 """Registry-driven tests: every registered model, shrunk to a tiny size."""
 
-import dataclasses
-
 import pytest
 import torch
 
 import zoo
 from zoo.registry import get_preset
 
-# One vocabulary across families, so one set of tiny sizes fits every config. Pattern sizes are
-# small enough that sparse patterns are really sparse at 48 positions (image models: 4x4 RGB).
-TINY = dict(
-    d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64,
-    stride=8, c=2, window=6, block_size=4, position_shape=None, n_clusters=4,
-    image_shape=(4, 4, 3), query_block=8, memory=8, query_height=2, query_width=6,
-    memory_height=1, memory_width=3,
-)  # fmt: skip
-
 
 def tiny_model(name: str, strictly_causal: bool = False) -> torch.nn.Module:
-    """``name`` at the TINY sizes. ``strictly_causal`` switches top-w and random routing to causal
-    routing: those two modes let a future token change past routing by design (tested and measured
-    in tests/models/test_routing_transformer.py), so the generic causality tests use causal mode."""
-    config = get_preset(name).config
-    fields = {f.name for f in dataclasses.fields(config)}
-    overrides = {k: v for k, v in TINY.items() if k in fields}
-    if "n_local_heads" in fields:  # keep the preset's share of local heads
-        overrides["n_local_heads"] = config.n_local_heads * TINY["n_heads"] // config.n_heads
-    if strictly_causal and "routing" in fields:
-        overrides["routing"] = "causal"
+    """``name`` at its family's tiny size (``model_cls.tiny_config``). ``strictly_causal`` switches
+    top-w and random routing to causal routing: those two modes let a future token change past
+    routing by design (tested and measured in tests/models/test_routing_transformer.py), so the
+    generic causality tests use causal mode."""
+    preset = get_preset(name)
+    config = preset.model_cls.tiny_config(preset.config)
+    if strictly_causal and getattr(config, "routing", "causal") != "causal":
+        config = config.replace(routing="causal")
     torch.manual_seed(0)
-    model = zoo.create_model(name, **overrides)
+    model = preset.model_cls(config)
     head = getattr(model, "lm_head", None)
     if head is not None and not head.weight.any():
         # zero-initialised output logits (Sparse Transformer §6) would hide every gradient and

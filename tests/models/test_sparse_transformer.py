@@ -221,4 +221,10 @@ def test_plans_are_reused_and_bounded():
     for T in range(10, 10 + 3 * functional.MAX_PLANS):
         functional._plan(pattern, T, 4, 8, cpu)
     assert len(functional._PLANS) == functional.MAX_PLANS
-    assert (pattern, 10 + 3 * functional.MAX_PLANS - 1, 4, 8, "cpu") in functional._PLANS  # per head
+    assert (
+        pattern,
+        10 + 3 * functional.MAX_PLANS - 1,
+        4,
+        8,
+        "cpu",
+    ) in functional._PLANS  # per head

@@ -25,6 +25,18 @@ __all__ = ["CausalSelfAttention", "MultiHeadAttention"]
 CAUSAL = causal()
 
 
+def _check_mapping(mapping: str, dropout: float) -> None:
+    if mapping in CONSTRAINED:
+        raise ValueError(
+            f"{mapping} attention needs upper bounds per key: use it in the LSTM model "
+            "(lstm_seq2seq), or softmax / sparsemax / entmax15 / fusedmax here"
+        )
+    if mapping != "softmax" and dropout:
+        raise ValueError(
+            f"attention dropout applies to softmax attention only, not {mapping}: set it to 0"
+        )
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with an optional key/value cache.
 
@@ -36,8 +48,14 @@ class CausalSelfAttention(nn.Module):
         bias: whether the projections have biases.
         rotary: turn queries and keys by their positions (:class:`~zoo.attention.RotaryEmbedding`,
             Su et al. 2021) before attending; the model then adds no position embeddings.
+        mapping: scores to probabilities (:mod:`zoo.attention.mappings`); other than softmax the
+            scores are materialised (``O(T^2)`` memory) and ``dropout`` must be 0.
 
     Input ``x``: ``(B, T, C)`` float. Output: ``(B, T, C)``, same dtype.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; a constrained mapping; dropout with
+            a mapping other than softmax.
     """
 
     def __init__(
@@ -47,10 +65,13 @@ class CausalSelfAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         rotary: bool = False,
+        mapping: MappingName = "softmax",
     ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        _check_mapping(mapping, dropout)
+        self.mapping = mapping
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.dropout = dropout
@@ -80,7 +101,8 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, D), S = past + T
         dropout_p = self.dropout if self.training else 0.0
-        return self.merge_heads(attend(q, k, v, CAUSAL, past=past, dropout_p=dropout_p))
+        y = attend(q, k, v, CAUSAL, past=past, mapping=self.mapping, dropout_p=dropout_p)
+        return self.merge_heads(y)
 
 
 class MultiHeadAttention(nn.Module):
@@ -121,15 +143,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        if mapping in CONSTRAINED:
-            raise ValueError(
-                f"{mapping} attention needs upper bounds per key: use it in the LSTM model "
-                "(lstm_seq2seq), or softmax / sparsemax / entmax15 / fusedmax here"
-            )
-        if mapping != "softmax" and dropout:
-            raise ValueError(
-                f"attention dropout applies to softmax attention only, not {mapping}: set it to 0"
-            )
+        _check_mapping(mapping, dropout)
         self.mapping = mapping
         self.n_heads = n_heads
         self.d_head = d_model // n_heads

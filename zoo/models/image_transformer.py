@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -130,6 +130,11 @@ class ImageTransformerLM(TransformerLM):
 
     model_type = "image_transformer_lm"
     config_class = ImageTransformerConfig
+    # 4x4 RGB images; blocks small enough to be local at 48 positions
+    TINY: ClassVar[dict[str, Any]] = TransformerLM.TINY | dict(
+        block_size=4, image_shape=(4, 4, 3), query_block=8, memory=8, query_height=2,
+        query_width=6, memory_height=1, memory_width=3,
+    )  # fmt: skip
     config: ImageTransformerConfig
 
     def build_attention(self, layer: int) -> nn.Module:

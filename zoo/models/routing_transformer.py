@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +37,7 @@ __all__ = ["RoutingTransformerConfig", "RoutingTransformerLM", "future_dependenc
 
 @dataclass(frozen=True)
 class RoutingTransformerConfig(TransformerConfig):
+    builds_own_attention: ClassVar[bool] = True  # from its patterns / clusters
     # none: relative only (max_relative_position); rotary: turns the local heads' queries and keys
     position: Literal["learned", "sinusoidal", "rotary", "none"] = "learned"
     n_local_heads: int = 4  # local heads in routing layers (the rest route); other layers: all
@@ -97,6 +98,14 @@ class RoutingTransformerLM(TransformerLM):
 
     model_type = "routing_transformer_lm"
     config_class = RoutingTransformerConfig
+    TINY: ClassVar[dict[str, Any]] = TransformerLM.TINY | dict(window=6, n_clusters=4)
+
+    @classmethod
+    def tiny_config(cls, config: RoutingTransformerConfig) -> RoutingTransformerConfig:
+        """Tiny, keeping the preset's share of local heads."""
+        n_local = config.n_local_heads * cls.TINY["n_heads"] // config.n_heads
+        return config.replace(**cls.TINY, n_local_heads=n_local)
+
     config: RoutingTransformerConfig
 
     def build_attention(self, layer: int) -> nn.Module:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +44,7 @@ __all__ = ["SparseTransformerConfig", "SparseTransformerLM"]
 
 @dataclass(frozen=True)
 class SparseTransformerConfig(TransformerConfig):
+    builds_own_attention: ClassVar[bool] = True  # from its patterns / clusters
     position: Literal["factorized", "learned", "sinusoidal", "rotary"] = "factorized"  # §5.3
     tie_weights: bool = False  # output logits start at zero (§6), so they are not shared
     scale_embeddings: bool = False
@@ -107,6 +108,10 @@ class SparseTransformerLM(TransformerLM):
 
     model_type = "sparse_transformer_lm"
     config_class = SparseTransformerConfig
+    # small enough that the patterns are really sparse at 48 positions
+    TINY: ClassVar[dict[str, Any]] = TransformerLM.TINY | dict(
+        stride=8, c=2, window=6, block_size=4, position_shape=None
+    )
     config: SparseTransformerConfig
 
     def build_attention(self, layer: int) -> nn.Module:

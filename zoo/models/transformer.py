@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import CausalSelfAttention, KVCache, LayerKVCache
+from zoo.attention import KVCache, LayerKVCache
+from zoo.attention.mechanisms import build_attention
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.pretrained import PretrainedMixin
@@ -53,6 +54,9 @@ class TransformerConfig(ModelConfig):
     activation: Literal["gelu", "relu"] = "gelu"  # paper: relu
     norm: Literal["pre", "post"] = "pre"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     position: Literal["sinusoidal", "learned", "rotary"] = "sinusoidal"
+    attention: str = "dense"  # a registered mechanism (zoo.attention.mechanisms): dense, sparsemax
+    # families whose attention comes from their own fields (patterns, clusters) set this
+    builds_own_attention: ClassVar[bool] = False
     tie_weights: bool = True  # share token embedding and output projection (paper §3.4)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
     bias: bool = True  # biases in linear layers
@@ -67,6 +71,11 @@ class TransformerConfig(ModelConfig):
             raise ConfigError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.builds_own_attention and self.attention != "dense":
+            raise ConfigError(
+                f"attention={self.attention!r}: {type(self).__name__} builds its attention from "
+                "its own fields; a registered attention mechanism applies to transformer_lm models"
+            )
 
     @property
     def d_head(self) -> int:
@@ -136,6 +145,15 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
     model_type = "transformer_lm"
     config_class = TransformerConfig
+    # the registry-driven tests' size (tests/models/test_models.py); families add their own fields
+    TINY: ClassVar[dict[str, Any]] = dict(
+        d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64
+    )
+
+    @classmethod
+    def tiny_config(cls, config: TransformerConfig) -> TransformerConfig:
+        """``config`` at the tests' tiny size: the fields of :attr:`TINY` replaced."""
+        return config.replace(**cls.TINY)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -158,11 +176,9 @@ class TransformerLM(PretrainedMixin, nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def build_attention(self, layer: int) -> nn.Module:
-        """The attention module of block ``layer``: the seam other families override."""
-        c = self.config
-        return CausalSelfAttention(
-            c.d_model, c.n_heads, c.dropout, c.bias, rotary=c.position == "rotary"
-        )
+        """The attention module of block ``layer``: the registered mechanism ``config.attention``
+        (:mod:`zoo.attention.mechanisms`); other families override this seam."""
+        return build_attention(self.config.attention, self.config, layer)
 
     def build_positions(self) -> None:
         """Create the position encoding's modules or buffers (a seam, like ``build_attention``)."""

@@ -1,0 +1,17 @@
+"""``attention: dense``: multi-head causal softmax attention (Vaswani et al. 2017, §3.2), the
+Transformer LM's default."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from zoo.attention.dense import CausalSelfAttention
+from zoo.attention.mechanisms import register_attention
+
+
+@register_attention("dense")
+def dense_attention(config, layer: int) -> nn.Module:
+    c = config
+    return CausalSelfAttention(
+        c.d_model, c.n_heads, c.dropout, c.bias, rotary=c.position == "rotary"
+    )
