@@ -197,6 +197,22 @@ def translate_ids(
     return [[t for t in out if t != eos_id] for out in outs]
 
 
+def _tokenizer_of(model: nn.Module, tokenizer: Tokenizer | None) -> tuple[Tokenizer, int, int]:
+    """``tokenizer`` (default: the model's) with its BOS and EOS ids; ValueError without one."""
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(
+            "no tokenizer: load the model with zoo.from_pretrained (which restores tokenizer.json) "
+            "or pass tokenizer="
+        )
+    from zoo.data.translation import SPECIAL_TOKENS
+
+    bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
+    if bos_id is None or eos_id is None:
+        raise ValueError(f"the tokenizer has no {SPECIAL_TOKENS[1]} / {SPECIAL_TOKENS[2]} tokens")
+    return tokenizer, bos_id, eos_id
+
+
 @torch.no_grad()
 def translate(
     model: nn.Module,
@@ -223,17 +239,7 @@ def translate(
         ValueError: no tokenizer, or a sentence longer than the model's ``max_seq_len`` tokens
             (the message gives its index; nothing is translated).
     """
-    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-    if tokenizer is None:
-        raise ValueError(
-            "no tokenizer: load the model with zoo.from_pretrained (which restores tokenizer.json) "
-            "or pass tokenizer="
-        )
-    from zoo.data.translation import SPECIAL_TOKENS
-
-    bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
-    if bos_id is None or eos_id is None:
-        raise ValueError(f"the tokenizer has no {SPECIAL_TOKENS[1]} / {SPECIAL_TOKENS[2]} tokens")
+    tokenizer, bos_id, eos_id = _tokenizer_of(model, tokenizer)
     encoded = [e.ids for e in tokenizer.encode_batch(list(sentences))]
     limit = model.config.max_seq_len
     too_long = [(i, len(ids)) for i, ids in enumerate(encoded) if len(ids) > limit]
@@ -295,12 +301,7 @@ def translate_with_attention(
     """
     if not hasattr(model, "attention_weights"):
         raise ValueError(f"{type(model).__name__} does not report its attention weights")
-    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-    if tokenizer is None:
-        raise ValueError("no tokenizer: load the model with zoo.from_pretrained or pass tokenizer=")
-    from zoo.data.translation import SPECIAL_TOKENS
-
-    bos_id, eos_id = (tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[1:3])
+    tokenizer, bos_id, eos_id = _tokenizer_of(model, tokenizer)
     ids = tokenizer.encode(sentence).ids
     if not ids:
         raise ValueError("the sentence to draw is empty")
