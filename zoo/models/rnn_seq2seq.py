@@ -300,14 +300,14 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
 
 # --- presets -------------------------------------------------------------------------------------
 _SMALL = dict(
-    vocab_size=8000, max_seq_len=256, d_embedding=256, d_hidden=512, d_attention=256, dropout=0.3
+    vocab_size=8000, max_seq_len=256, d_embedding=256, d_hidden=256, d_attention=256, dropout=0.3
 )
 register_preset(
     "lstm_attention_small",
     LSTMSeq2Seq,
     LSTMSeq2SeqConfig(**_SMALL),
     "bi-LSTM encoder, LSTM decoder with input feeding, bilinear scores, softmax (Luong 2015); "
-    "H=512, vocab 8k: sized for Multi30k on a CPU",
+    "H=256, vocab 8k: sized for Multi30k on a CPU",
 )
 for _mapping in ("sparsemax", "entmax15", "csparsemax"):
     register_preset(
