@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(REPO / "checkpoints.yaml")
 ENTRIES = sorted(REGISTRY.entries.values(), key=lambda e: e.name)
 FAMILIES = {"transformer_lm", "sparse_transformer_lm", "routing_transformer_lm"}
-TOLERANCE = 0.002  # bits per byte; fp32 on different CPUs agrees to ~1e-5
+TOLERANCE = 5e-5  # bits per byte: the registered value to its 4th decimal (fp32 on different CPUs
+# agrees to ~1e-6 here), so a code change that alters a published model's outputs cannot land
 
 
 def test_every_family_has_a_published_checkpoint():
@@ -52,7 +53,9 @@ def test_readme_table_is_generated_from_the_registry():
 def test_shipped_checkpoint_re_measures_its_registered_metric(entry, data_dir, monkeypatch):
     monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
     model = zoo.from_pretrained(entry.name)  # offline: the shipped copy, verified
-    assert not model.training and model.config.to_dict() == entry.config
+    # the registered config may predate fields added since (with defaults that keep the model)
+    registered_config = type(model.config).from_dict(entry.config)
+    assert not model.training and model.config == registered_config
     for registered in (m for m in entry.metrics if m.windows is not None):
         measured = evaluate(
             entry.name,
