@@ -43,7 +43,9 @@ def main() -> None:
     for ckpt in ns.checkpoints:
         model = load_model(ckpt, task="Translation").eval()
         mean, length = support(model, pairs)
-        print(f"{ckpt}: mean support {mean:.2f} of {length:.2f} source tokens ({mean / length:.1%})")
+        print(
+            f"{ckpt}: mean support {mean:.2f} of {length:.2f} source tokens ({mean / length:.1%})"
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""recipes/lstm_attention/support_size.py: the mean attention support of a translation model."""
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+import zoo
+from zoo.data.translation import train_bpe
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location(
+    "support_size", REPO / "recipes/lstm_attention/support_size.py"
+)
+support_size = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(support_size)
+
+PAIRS = [("ein Hund läuft im Park", "a dog runs in the park"), ("eine Frau liest", "a woman reads")]
+
+
+def model_with(mapping: str):
+    tokenizer = train_bpe([s for pair in PAIRS for s in pair] * 20, vocab_size=64)
+    torch.manual_seed(0)
+    model = zoo.create_model(
+        "lstm_attention_tiny", vocab_size=tokenizer.get_vocab_size(), mapping=mapping
+    ).eval()
+    model.tokenizer = tokenizer
+    return model
+
+
+def test_softmax_attends_everywhere_and_sparsemax_to_fewer():
+    mean, length = support_size.support(model_with("softmax"), PAIRS)
+    assert mean == length > 0  # softmax: every source token, every step
+    sparsemax = model_with("sparsemax")
+    with torch.no_grad():  # an untrained model's scores are near-equal: spread them apart
+        sparsemax.score.weight.weight.mul_(50.0)
+    sparse, length2 = support_size.support(sparsemax, PAIRS)
+    assert length2 == length and 1 <= sparse < length
