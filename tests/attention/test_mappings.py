@@ -211,6 +211,10 @@ def test_constrained_gradcheck_in_scores_and_broadcast_bounds(f):
 def test_constrained_bad_bounds_are_clear_errors(f):
     with pytest.raises(ValueError, match="sum to 0.6 .* less than 1, so no distribution"):
         f(torch.zeros(2, 3), torch.full((3,), 0.2))
+    # a fully masked row gives zeros whatever its bounds (there is nothing to distribute)
+    s = torch.tensor([[0.0, 1.0, NEG], [NEG, NEG, NEG]])
+    p = f(s, torch.tensor([[0.6, 0.6, 0.6], [0.1, 0.1, 0.1]]))
+    assert (p[1] == 0).all() and torch.allclose(p[0].sum(), torch.tensor(1.0))
     # masked entries do not count toward the room
     with pytest.raises(ValueError, match="raise upper"):
         f(torch.tensor([0.0, NEG, NEG]), torch.full((3,), 0.5))

@@ -77,8 +77,9 @@ def _rowwise(f: Callable[..., Tensor], scores: Tensor, dim: int, *extra: Tensor 
             for e in extra
         )
         empty = ~torch.isfinite(s).any(-1, keepdim=True)
-        if empty.any():  # give empty rows a harmless finite row, then zero them
+        if empty.any():  # give empty rows a harmless finite row (and bounds), then zero them
             s = s.masked_fill(empty, 0.0)
+            extra = tuple(None if e is None else e.masked_fill(empty, 1.0) for e in extra)
             p = f(s, *extra).masked_fill(empty, 0.0)
         else:
             p = f(s, *extra)
@@ -348,9 +349,7 @@ class _CSoftmax(torch.autograd.Function):
         tau = _bisect(mass, lo, hi)
         sat = finite & (sd - tau >= log_u)
         free = finite & ~sat
-        room = 1 - torch.where(sat, ud, 0.0).sum(
-            -1, keepdim=True
-        )  # the mass the free entries share
+        room = 1 - torch.where(sat, ud, 0.0).sum(-1, keepdim=True)  # what the free entries share
         soft = torch.where(free, sd, -math.inf)
         has_free = free.any(-1, keepdim=True)
         soft = torch.softmax(torch.where(has_free, soft, 0.0), -1) * free

@@ -308,6 +308,8 @@ class RoutingSelfAttention(nn.Module):
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.n_local, self.n_routing = n_local_heads, n_heads - n_local_heads
         self.window, self.routing, self.causal_window = window, routing, causal_window
+        # the engine's patterns: the local heads' window, and causal routing's window of members
+        self.local_pattern, self.routing_pattern = local(window), local(causal_window)
         self.shared_qk, self.seed = shared_qk, seed
         width = 3 * self.n_local + (2 if shared_qk else 3) * self.n_routing
         self.qkv = nn.Linear(d_model, width * self.d_head, bias=bias)
@@ -370,7 +372,7 @@ class RoutingSelfAttention(nn.Module):
     def _local(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if not self.n_local:  # a layer of routing heads only
             return v
-        return attend(q, k, v, local(self.window), relative=self.relative)
+        return attend(q, k, v, self.local_pattern, relative=self.relative)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Routing heads over a whole sequence: ``(B, h, T, D)`` -> ``(B, h, T, D)``."""
@@ -449,7 +451,7 @@ class RoutingSelfAttention(nn.Module):
         order = (clusters * T + positions).argsort(-1)  # (B, h, T)
         gather = order[..., None].expand(B, h, T, D)
         y = attend(
-            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), local(self.causal_window),
+            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), self.routing_pattern,
             segments=clusters.gather(2, order), positions=order, relative=self.relative,
         )  # fmt: skip
         return torch.empty_like(y).scatter(2, gather, y)

@@ -5,7 +5,7 @@ A mechanism is a builder ``(config, layer) -> module``; the module is called as
 in its own file of this package, which registers it (and, if it likes, presets that use it):
 
     @register_attention("sparsemax")
-    def sparsemax_attention(config, layer): ...
+    def build_sparsemax(config, layer): ...
 
 Every module here is imported when :mod:`zoo.models` is (:func:`load_mechanisms`), so adding a
 mechanism is adding one file: the model registry and the registry-driven tests pick up its presets.

@@ -21,7 +21,7 @@ from zoo.registry import get_preset, register_preset
 
 
 @register_attention("sparsemax")
-def sparsemax_attention(config, layer: int) -> nn.Module:
+def build_sparsemax(config, layer: int) -> nn.Module:
     c = config
     return CausalSelfAttention(
         c.d_model, c.n_heads, 0.0, c.bias, rotary=c.position == "rotary", mapping="sparsemax"
