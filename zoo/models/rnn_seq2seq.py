@@ -309,13 +309,14 @@ register_preset(
     "bi-LSTM encoder, LSTM decoder with input feeding, bilinear scores, softmax (Luong 2015); "
     "H=256, vocab 8k: sized for Multi30k on a CPU",
 )
-for _mapping in ("sparsemax", "entmax15", "csparsemax"):
+for _mapping in ("sparsemax", "entmax15", "fusedmax", "csparsemax"):
     register_preset(
         f"lstm_attention_small_{_mapping}",
         LSTMSeq2Seq,
         LSTMSeq2SeqConfig(**_SMALL, mapping=_mapping),
         f"lstm_attention_small with {_mapping} attention"
-        + (" (fertility 2, a sink; Malaviya et al. 2018)" if _mapping in CONSTRAINED else ""),
+        + (" (fertility 2, a sink; Malaviya et al. 2018)" if _mapping in CONSTRAINED else "")
+        + (" (lam 0.1)" if _mapping == "fusedmax" else ""),
     )
 register_preset(
     "lstm_attention_tiny",

@@ -270,10 +270,13 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         return self.decode(tgt, memory, src_mask)
 
     @torch.no_grad()
-    def attention_weights(self, src: Tensor, tgt: Tensor, layer: int = -1) -> Tensor:
+    def attention_weights(
+        self, src: Tensor, tgt: Tensor, layer: int = -1, *, average_heads: bool = True
+    ) -> Tensor:
         """The encoder-decoder attention ``(B, T, S)`` float32 of decoder layer ``layer`` (default
         the last), averaged over its heads, for the decoder input ``tgt`` ``(B, T)`` over the
-        source ``src`` ``(B, S)`` (teacher-forced): ``mapping(q k^T / sqrt(d_k))`` (§3.2.1)."""
+        source ``src`` ``(B, S)`` (teacher-forced): ``mapping(q k^T / sqrt(d_k))`` (§3.2.1).
+        ``average_heads=False`` returns every head's: ``(B, H, T, S)``."""
         attn = self.decoder[layer].cross_attn
         seen: list[Tensor] = []
         hook = attn.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
@@ -286,7 +289,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         k, v = attn.project_memory(memory)
         allowed = src_mask[:, None, None, :]
         _, p = masked_attention(q, k, v, allowed, mapping=attn.mapping, return_weights=True)
-        return p.mean(1)
+        return p.mean(1) if average_heads else p
 
 
 # --- presets -------------------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""recipes/lstm_attention/attention_maps.py: one sentence under several mappings, side by side."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.data.translation import train_bpe
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location(
+    "attention_maps", REPO / "recipes/lstm_attention/attention_maps.py"
+)
+attention_maps = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(attention_maps)
+
+TEXT = ["ein Hund läuft im Park", "a dog runs in the park", "eine Frau liest", "a woman reads"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_bpe(TEXT * 20, vocab_size=64)
+
+
+def lstm(tokenizer, mapping: str):
+    torch.manual_seed(0)
+    model = zoo.create_model(
+        "lstm_attention_tiny", vocab_size=tokenizer.get_vocab_size(), mapping=mapping
+    ).eval()
+    with torch.no_grad():  # an untrained model's scores are near-equal: spread them apart
+        model.score.weight.weight.mul_(50.0)
+    model.tokenizer = tokenizer
+    return model
+
+
+def test_one_panel_per_model_titled_by_its_mapping(tokenizer, tmp_path):
+    mappings = ["softmax", "sparsemax", "fusedmax", "csparsemax"]
+    models = [lstm(tokenizer, m) for m in mappings]
+    maps, translations = attention_maps.attention_maps(models, "ein Hund liest", beam_size=2)
+    assert [m.title for m in maps] == mappings
+    assert len(translations) == 4
+    for m in maps:
+        assert m.weights.shape == (len(m.output), len(m.source))
+        assert torch.allclose(m.weights.sum(-1), torch.ones(len(m.output)), atol=1e-5)
+    assert maps[3].source[-1] == "<sink>"  # the constrained mapping's sink column
+    softmax, sparsemax = maps[0].weights, maps[1].weights
+    assert (softmax > 0).all() and (sparsemax == 0).any()
+    path = attention_maps.draw_attention_maps(maps, tmp_path / "maps.png")
+    assert path.stat().st_size > 0
+
+
+def test_transformer_reports_its_attention_mapping(tokenizer):
+    model = zoo.create_model(
+        "transformer_tiny", vocab_size=tokenizer.get_vocab_size(), attention_mapping="entmax15"
+    )
+    assert attention_maps.mapping_of(model) == "entmax15"
+    assert attention_maps.mapping_of(lstm(tokenizer, "softmax")) == "softmax"
+
+
+def test_an_empty_sentence_is_a_value_error(tokenizer):
+    with pytest.raises(ValueError, match="empty"):
+        attention_maps.attention_maps([lstm(tokenizer, "softmax")], "")
