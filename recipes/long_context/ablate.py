@@ -144,6 +144,28 @@ EQUAL_BUDGET: dict[str, Variant] = {
         [*ROTARY, *WINDOWS_1024],
         "recipes/sparse_transformer/pg19mini_strided.yaml",
     ),
+    "strided128_1024x8": Variant(
+        "strided, stride 128 (A1 heads: the last 128 bytes; A2 heads: every 128th), 1,024 x 8 "
+        "windows per step, run at 4,096",
+        ["--model.init_args.model_config", json.dumps({"position": "rotary", "stride": 128}),
+         *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "strided32_1024x8": Variant(
+        "strided, stride 32 (A1 heads: the last 32 bytes; A2 heads: every 32nd), 1,024 x 8 "
+        "windows per step, run at 4,096",
+        ["--model.init_args.model_config", json.dumps({"position": "rotary", "stride": 32}),
+         *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "strided128_merged_1024x8": Variant(
+        "strided, stride 128, merged (Eq. 7: every head attends A1 u A2), 1,024 x 8 windows "
+        "per step, run at 4,096",
+        ["--model.init_args.model_config",
+         json.dumps({"position": "rotary", "stride": 128, "integration": "merged"}),
+         *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
     "causal_pg19_1024x8": Variant(
         "the Routing paper's PG-19 layout: 2 causal routing heads (6 local) in the top 2 layers "
         "only, layers 0-1 all local; 1,024 x 8 windows per step, run at 4,096",
