@@ -62,3 +62,18 @@ def test_transformer_reports_its_attention_mapping(tokenizer):
 def test_an_empty_sentence_is_a_value_error(tokenizer):
     with pytest.raises(ValueError, match="empty"):
         attention_maps.attention_maps([lstm(tokenizer, "softmax")], "")
+
+
+def test_decode_with_another_mapping_is_labelled_and_changes_the_attention(tokenizer):
+    trained = attention_maps.attention_maps([lstm(tokenizer, "sparsemax")], "ein Hund liest")[0]
+    model = attention_maps.decode_with(lstm(tokenizer, "sparsemax"), "softmax")
+    (m,), _ = attention_maps.attention_maps([model], "ein Hund liest")
+    assert m.title == "softmax\n(sparsemax-trained)"
+    assert (m.weights > 0).all() and (trained[0].weights == 0).any()
+
+
+def test_decode_with_refuses_to_add_or_drop_the_sink(tokenizer):
+    with pytest.raises(ValueError, match="trained sink"):
+        attention_maps.decode_with(lstm(tokenizer, "sparsemax"), "csparsemax")
+    with pytest.raises(ValueError, match="trained sink"):
+        attention_maps.decode_with(lstm(tokenizer, "csparsemax"), "softmax")

@@ -8,12 +8,16 @@ exact zeros stay white, so each mapping's support is visible.
     python recipes/lstm_attention/attention_maps.py CKPT ... --line 7   # test2016 line 7 (0-based)
 
 Each panel is titled by the model's mapping (``config.mapping``, or the Transformer's
-``attention_mapping``) and shows its translation underneath.
+``attention_mapping``). ``CKPT@MAPPING`` decodes an LSTM with another mapping than it was trained
+with (e.g. a sparsemax model with fusedmax, whose prox is too slow on a CPU to train with here); the
+panel then says so. The sink of a constrained mapping is a parameter, so only a constrained model
+can be decoded with a constrained mapping.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from zoo.beam_search import translate_with_attention
@@ -24,6 +28,28 @@ def mapping_of(model) -> str:
     """The probability mapping a translation model attends with (``"softmax"`` if it names none)."""
     config = model.config
     return getattr(config, "mapping", None) or getattr(config, "attention_mapping", "softmax")
+
+
+def decode_with(model, mapping: str):
+    """The LSTM ``model`` attending with ``mapping`` instead of the one it was trained with.
+
+    Raises:
+        ValueError: not an LSTM with attention, or a switch into or out of a constrained mapping
+            (which needs the trained sink).
+    """
+    from zoo.attention.mappings import CONSTRAINED
+
+    config = model.config
+    if not hasattr(config, "mapping"):
+        raise ValueError(f"{type(model).__name__} has no per-model mapping to switch")
+    if (mapping in CONSTRAINED) != (config.mapping in CONSTRAINED):
+        raise ValueError(
+            f"cannot decode a {config.mapping} model with {mapping}: the constrained mappings "
+            "attend to a trained sink; switch between unconstrained (or between constrained) ones"
+        )
+    model.trained_mapping = config.mapping
+    model.config = dataclasses.replace(config, mapping=mapping)
+    return model
 
 
 def attention_maps(models, sentence: str, beam_size: int = 4, alpha: float = 0.6):
@@ -39,7 +65,10 @@ def attention_maps(models, sentence: str, beam_size: int = 4, alpha: float = 0.6
         text, weights, source, output = translate_with_attention(
             model, sentence, beam_size=beam_size, alpha=alpha
         )
-        maps.append(AttentionMap(mapping_of(model), weights, source, output))
+        title = mapping_of(model)
+        if getattr(model, "trained_mapping", None):
+            title += f"\n({model.trained_mapping}-trained)"
+        maps.append(AttentionMap(title, weights, source, output))
         translations.append(text)
     return maps, translations
 
@@ -47,10 +76,13 @@ def attention_maps(models, sentence: str, beam_size: int = 4, alpha: float = 0.6
 def main() -> None:
     from zoo.cli import load_model
     from zoo.data.translation import load_pairs
+    from zoo.errors import ZooError
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
-        "checkpoints", nargs="+", help="translation checkpoints (.ckpt or model folders)"
+        "checkpoints",
+        nargs="+",
+        help="translation checkpoints (.ckpt or model folders); CKPT@MAPPING decodes with MAPPING",
     )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--sentence", help="the source sentence")
@@ -67,15 +99,19 @@ def main() -> None:
         if not 0 <= ns.line < len(pairs):
             p.error(f"--line {ns.line} is outside {ns.split}, which has {len(pairs)} lines")
         sentence, reference = pairs[ns.line]
-    models = [load_model(c, task="Translation").eval() for c in ns.checkpoints]
+    models = []
     try:
+        for spec in ns.checkpoints:
+            path, _, mapping = spec.partition("@")
+            model = load_model(path, task="Translation").eval()
+            models.append(decode_with(model, mapping) if mapping else model)
         maps, translations = attention_maps(models, sentence, ns.beam_size, ns.alpha)
-    except ValueError as e:
+    except (ValueError, ZooError) as e:
         p.error(str(e))
     title = sentence + (f"\nreference: {reference}" if reference else "")
     path = draw_attention_maps(maps, Path(ns.out), title=title)
     for m, text in zip(maps, translations, strict=True):
-        print(f"{m.title:>10}: {text}")
+        print(f"{m.title.replace(chr(10), ' '):>28}: {text}")
     print(f"written to {path}")
 
 
