@@ -77,3 +77,10 @@ def test_decode_with_refuses_to_add_or_drop_the_sink(tokenizer):
         attention_maps.decode_with(lstm(tokenizer, "sparsemax"), "csparsemax")
     with pytest.raises(ValueError, match="trained sink"):
         attention_maps.decode_with(lstm(tokenizer, "csparsemax"), "softmax")
+
+
+def test_fusedmax_panels_name_their_lambda(tokenizer):
+    model = attention_maps.decode_with(lstm(tokenizer, "sparsemax"), "fusedmax", fusedmax_lam=3.0)
+    assert model.config.fusedmax_lam == 3.0
+    (m,), _ = attention_maps.attention_maps([model], "ein Hund liest")
+    assert m.title == "fusedmax (λ 3)\n(sparsemax-trained)"

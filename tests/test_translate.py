@@ -207,3 +207,16 @@ def test_drawing_checks_its_labels(tmp_path):
         tmp_path / "two.png", title="two panels",
     )  # fmt: skip
     assert path.stat().st_size > 1000
+
+
+def test_drawing_lays_panels_out_in_rows(tmp_path):
+    from PIL import Image
+
+    from zoo.drawing import AttentionMap, draw_attention_maps
+
+    maps = [AttentionMap(f"m{i}", torch.eye(2, 3), list("abc"), list("de")) for i in range(4)]
+    wide = Image.open(draw_attention_maps(maps, tmp_path / "row.png")).size
+    grid = Image.open(draw_attention_maps(maps, tmp_path / "grid.png", columns=2)).size
+    assert wide[0] > wide[1] and grid[0] < wide[0] and grid[1] > wide[1]
+    with pytest.raises(ValueError, match="columns must be >= 1"):
+        draw_attention_maps(maps, tmp_path / "x.png", columns=0)

@@ -67,28 +67,39 @@ class AttentionMap(NamedTuple):
 
 
 def draw_attention_maps(
-    maps: Sequence[AttentionMap], path: str | os.PathLike, *, title: str | None = None
+    maps: Sequence[AttentionMap],
+    path: str | os.PathLike,
+    *,
+    title: str | None = None,
+    columns: int | None = None,
 ) -> Path:
-    """Draw ``maps`` side by side into the PNG ``path``: darker = more attention, and exact zeros
-    (what sparse mappings give) white, so the support is visible. Returns the path.
+    """Draw ``maps`` side by side into the PNG ``path``, ``columns`` panels per row (default: one
+    row): darker = more attention, and exact zeros (what sparse mappings give) white, so the
+    support is visible. Returns the path.
 
     Raises:
-        ValueError: no maps, or a map whose weights do not match its labels.
+        ValueError: no maps, a map whose weights do not match its labels, or ``columns < 1``.
     """
     plt = _pyplot()
 
     if not maps:
         raise ValueError("draw_attention_maps needs at least one map")
+    if columns is not None and columns < 1:
+        raise ValueError(f"columns must be >= 1, got {columns}")
     for m in maps:
         if tuple(m.weights.shape) != (len(m.output), len(m.source)):
             raise ValueError(
                 f"{m.title}: weights of shape {tuple(m.weights.shape)} do not match "
                 f"{len(m.output)} output and {len(m.source)} source tokens"
             )
-    width = sum(0.32 * len(m.source) + 1.2 for m in maps)
-    height = 0.32 * max(len(m.output) for m in maps) + 1.8
-    fig, axes = plt.subplots(1, len(maps), figsize=(max(width, 4), max(height, 3)), squeeze=False)
-    for ax, m in zip(axes[0], maps, strict=True):
+    cols = min(columns or len(maps), len(maps))
+    rows = -(-len(maps) // cols)
+    width = cols * (0.32 * max(len(m.source) for m in maps) + 1.2)
+    height = rows * (0.32 * max(len(m.output) for m in maps) + 1.8)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(width, 4), max(height, 3)), squeeze=False)
+    for ax in axes.flat[len(maps) :]:
+        ax.axis("off")
+    for ax, m in zip(axes.flat, maps, strict=False):
         w = m.weights.detach().float().cpu().numpy()
         ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
         ax.set_xticks(range(len(m.source)), labels=list(m.source), rotation=90, fontsize=8)

@@ -30,8 +30,9 @@ def mapping_of(model) -> str:
     return getattr(config, "mapping", None) or getattr(config, "attention_mapping", "softmax")
 
 
-def decode_with(model, mapping: str):
-    """The LSTM ``model`` attending with ``mapping`` instead of the one it was trained with.
+def decode_with(model, mapping: str, fusedmax_lam: float | None = None):
+    """The LSTM ``model`` attending with ``mapping`` instead of the one it was trained with
+    (and fusedmax's ``λ = fusedmax_lam``, when given).
 
     Raises:
         ValueError: not an LSTM with attention, or a switch into or out of a constrained mapping
@@ -48,7 +49,8 @@ def decode_with(model, mapping: str):
             "attend to a trained sink; switch between unconstrained (or between constrained) ones"
         )
     model.trained_mapping = config.mapping
-    model.config = dataclasses.replace(config, mapping=mapping)
+    lam = config.fusedmax_lam if fusedmax_lam is None else fusedmax_lam
+    model.config = dataclasses.replace(config, mapping=mapping, fusedmax_lam=lam)
     return model
 
 
@@ -66,6 +68,8 @@ def attention_maps(models, sentence: str, beam_size: int = 4, alpha: float = 0.6
             model, sentence, beam_size=beam_size, alpha=alpha
         )
         title = mapping_of(model)
+        if title == "fusedmax":
+            title += f" (λ {model.config.fusedmax_lam:g})"
         if getattr(model, "trained_mapping", None):
             title += f"\n({model.trained_mapping}-trained)"
         maps.append(AttentionMap(title, weights, source, output))
@@ -91,6 +95,8 @@ def main() -> None:
     p.add_argument("--data-dir", help="default: $ZOO_DATA_DIR")
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--fusedmax-lam", type=float, help="λ of the models decoded @fusedmax")
+    p.add_argument("--columns", type=int, help="panels per row (default: all in one row)")
     p.add_argument("--out", required=True, help="the PNG to write")
     ns = p.parse_args()
     sentence, reference = ns.sentence, None
@@ -104,12 +110,12 @@ def main() -> None:
         for spec in ns.checkpoints:
             path, _, mapping = spec.partition("@")
             model = load_model(path, task="Translation").eval()
-            models.append(decode_with(model, mapping) if mapping else model)
+            models.append(decode_with(model, mapping, ns.fusedmax_lam) if mapping else model)
         maps, translations = attention_maps(models, sentence, ns.beam_size, ns.alpha)
     except (ValueError, ZooError) as e:
         p.error(str(e))
     title = sentence + (f"\nreference: {reference}" if reference else "")
-    path = draw_attention_maps(maps, Path(ns.out), title=title)
+    path = draw_attention_maps(maps, Path(ns.out), title=title, columns=ns.columns)
     for m, text in zip(maps, translations, strict=True):
         print(f"{m.title.replace(chr(10), ' '):>28}: {text}")
     print(f"written to {path}")
