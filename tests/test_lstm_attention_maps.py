@@ -39,7 +39,7 @@ def test_one_panel_per_model_titled_by_its_mapping(tokenizer, tmp_path):
     mappings = ["softmax", "sparsemax", "fusedmax", "csparsemax"]
     models = [lstm(tokenizer, m) for m in mappings]
     maps, translations = attention_maps.attention_maps(models, "ein Hund liest", beam_size=2)
-    assert [m.title for m in maps] == mappings
+    assert [m.title for m in maps] == ["softmax", "sparsemax", "fusedmax (λ 0.1)", "csparsemax"]
     assert len(translations) == 4
     for m in maps:
         assert m.weights.shape == (len(m.output), len(m.source))
