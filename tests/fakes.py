@@ -1,5 +1,6 @@
-"""Stand-ins shared by the tests: a run directory as `zoo fit` leaves it."""
+"""Stand-ins shared by the tests: a run directory as `zoo fit` leaves it; a recipe script as a module."""
 
+import importlib.util
 from pathlib import Path
 
 import lightning
@@ -31,3 +32,15 @@ def fake_run(directory: Path, seed: int = 0) -> Path:
     (directory / "checkpoints").mkdir(parents=True)
     torch.save(ckpt, directory / "checkpoints" / "best.ckpt")
     return directory
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def recipe_module(path: str):
+    """The recipe script ``path`` (relative to the repository, e.g.
+    ``"recipes/long_context/ablate.py"``) imported as a module, without running its ``main``."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

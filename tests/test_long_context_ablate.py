@@ -2,19 +2,15 @@
 parses as a `zoo fit` config, the test split's position buckets split at 256 into byte-weighted means,
 and runs of one variant with several seeds get a mean and half-range row."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from fakes import REPO, recipe_module
 
 from zoo.registry import get_preset
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("ablate", REPO / "recipes/long_context/ablate.py")
-ablate = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ablate)
+ablate = recipe_module("recipes/long_context/ablate.py")
 
 
 @pytest.mark.parametrize(

@@ -1,20 +1,13 @@
 """recipes/lstm_attention/attention_maps.py: one sentence under several mappings, side by side."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from fakes import recipe_module
 
 import zoo
 from zoo.data.translation import train_bpe
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location(
-    "attention_maps", REPO / "recipes/lstm_attention/attention_maps.py"
-)
-attention_maps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(attention_maps)
+attention_maps = recipe_module("recipes/lstm_attention/attention_maps.py")
 
 TEXT = ["ein Hund läuft im Park", "a dog runs in the park", "eine Frau liest", "a woman reads"]
 

@@ -1,19 +1,11 @@
 """recipes/lstm_attention/bench_mappings.py: the batch it times and the step it times."""
 
-import importlib.util
-from pathlib import Path
-
-import torch
+from fakes import recipe_module
 
 import zoo
 from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID, train_bpe
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location(
-    "bench_mappings", REPO / "recipes/lstm_attention/bench_mappings.py"
-)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = recipe_module("recipes/lstm_attention/bench_mappings.py")
 
 PAIRS = [("ein Hund läuft im Park", "a dog runs in the park"), ("eine Frau liest", "a woman reads")]
 

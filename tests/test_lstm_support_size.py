@@ -1,20 +1,13 @@
 """recipes/lstm_attention/support_size.py: the mean attention support of a translation model."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from fakes import recipe_module
 
 import zoo
 from zoo.data.translation import BOS_ID, train_bpe
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location(
-    "support_size", REPO / "recipes/lstm_attention/support_size.py"
-)
-support_size = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(support_size)
+support_size = recipe_module("recipes/lstm_attention/support_size.py")
 
 PAIRS = [("ein Hund läuft im Park", "a dog runs in the park"), ("eine Frau liest", "a woman reads")]
 
