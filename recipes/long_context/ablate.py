@@ -158,6 +158,20 @@ EQUAL_BUDGET: dict[str, Variant] = {
          *WINDOWS_1024],
         "recipes/sparse_transformer/pg19mini_strided.yaml",
     ),
+    "strided_interleaved_1024x8": Variant(
+        "strided, stride 64, interleaved (Eq. 6: layers 0 and 2 attend A1, layers 1 and 3 A2, "
+        "every head), 1,024 x 8 windows per step, run at 4,096",
+        ["--model.init_args.model_config",
+         json.dumps({"position": "rotary", "integration": "interleaved"}), *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "sparse_local_1024x8": Variant(
+        "the Sparse Transformer with every head local (window 128, no columns), 1,024 x 8 "
+        "windows per step, run at 4,096",
+        ["--model.init_args.model_config",
+         json.dumps({"position": "rotary", "pattern": "local", "window": 128}), *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
     "strided128_merged_1024x8": Variant(
         "strided, stride 128, merged (Eq. 7: every head attends A1 u A2), 1,024 x 8 windows "
         "per step, run at 4,096",
