@@ -96,7 +96,7 @@ def _op_block_sparse(method: str, q, k, v, pat: AttentionPattern, block: int, cu
     B, H, n, D = q.shape
     plan = BlockSparsePlan(
         pat.layout(n, block, H if pat.per_head else None), block, n, mask_mod=pat.mask_mod
-    )
+    ).to(q.device)
     if method == "sdpa":
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), n * n / 2
     if method == "ref":
@@ -116,12 +116,18 @@ def _op_block_sparse(method: str, q, k, v, pat: AttentionPattern, block: int, cu
         return pat.mask_mod(h, q_idx, kv_idx)
 
     mask = create_block_mask(
-        mask_mod, None, H if pat.per_head else None, n, n, device=q.device, BLOCK_SIZE=block
-    )
+        mask_mod, None, H if pat.per_head else None, n, n, device=q.device, BLOCK_SIZE=block,
+        _compile=cuda,  # compiled, the (H, n, n) mask is never materialised
+    )  # fmt: skip
     flex = torch.compile(flex_attention)
     if not cuda:  # FlexAttention refuses inputs that require grad on a CPU
         q, k, v = q.detach(), k.detach(), v.detach()
-    return (lambda: flex(q, k, v, block_mask=mask)), _listed(plan, H) * block**2
+    # Flex's default tiles (128 on an H100) must divide the BlockMask's blocks: tile at them
+    tiles = {"BLOCK_M": block, "BLOCK_N": block, "BLOCK_M1": block // 2, "BLOCK_N1": block,
+             "BLOCK_M2": block, "BLOCK_N2": block // 2} if cuda else None  # fmt: skip
+    return (lambda: flex(q, k, v, block_mask=mask, kernel_options=tiles)), _listed(
+        plan, H
+    ) * block**2
 
 
 def _listed(plan: BlockSparsePlan, n_heads: int) -> float:

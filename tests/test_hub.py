@@ -89,6 +89,40 @@ def test_export_writes_the_published_files_and_the_registry_entry(published, reg
     assert entry.parameters == zoo.create_model("transformer_lm_tiny").num_parameters()
 
 
+def test_export_a_saved_model_with_its_training_facts(tmp_path, registry):
+    """A model saved on another machine (in bf16, say) and its training.json export as they are;
+    without training.json, or with a file that does not match its manifest, nothing is exported."""
+    from zoo.errors import CheckpointError
+
+    model = zoo.create_model("transformer_lm_tiny")
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    saved = model.save_pretrained(tmp_path / "saved")
+    recipe = REPO / "recipes/transformer_lm/pg19mini.yaml"
+    with pytest.raises(CheckpointError, match="without training.json"):
+        export_run(saved, tmp_path / "out", name=NAME, recipe=recipe, metrics=[METRIC])
+    facts = {
+        "optimizer_steps": 7,
+        "tokens": 7168,
+        "wall_time_s": 1.5,
+        "hardware": "a GPU",
+        "data": {"dataset": "pg19mini", "extra_train": ["enwik8_prefix"], "seq_len": None},
+    }
+    (saved / "training.json").write_text(json.dumps(facts))
+    out = export_run(saved, tmp_path / "out", name=NAME, recipe=recipe, metrics=[METRIC])
+    assert (out / "model.safetensors").read_bytes() == (saved / "model.safetensors").read_bytes()
+    assert json.loads((out / "training.json").read_text())["optimizer_steps"] == 7
+    card = (out / "README.md").read_text()
+    assert "| optimizer steps | 7 |" in card and "| hardware | a GPU |" in card
+    assert "also held the training split of enwik8_prefix" in card
+    loaded = zoo.from_pretrained(out)
+    assert next(loaded.parameters()).dtype == torch.float32  # bf16 values, loaded as fp32
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    with pytest.raises(ChecksumError):
+        export_run(saved, tmp_path / "out2", name=NAME, recipe=recipe, metrics=[METRIC])
+
+
 def test_from_pretrained_uses_the_shipped_copy_offline(published, monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     model = zoo.from_pretrained(NAME, dtype=torch.float64)

@@ -32,7 +32,8 @@ def test_entry_agrees_with_its_shipped_files(entry):
     for name, record in entry.files.items():
         assert (folder / name).stat().st_size == record["size"], name
         assert sha256_file(folder / name) == record["sha256"], name
-    assert sum(r["size"] for r in entry.files.values()) < 40e6  # small enough to ship
+    for name, record in entry.files.items():  # small enough to ship: the repository's rule
+        assert not name.endswith(".safetensors") or record["size"] <= 60e6, name
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == entry.model_type and config["config"] == entry.config
     assert get_preset(entry.model).family == entry.model_type

@@ -172,6 +172,23 @@ EQUAL_BUDGET: dict[str, Variant] = {
          json.dumps({"position": "rotary", "pattern": "local", "window": 128}), *WINDOWS_1024],
         "recipes/sparse_transformer/pg19mini_strided.yaml",
     ),
+    "sparse_local_heads8_1024x8": Variant(
+        "the Sparse Transformer with every head local, 8 heads of 32 (the routing family's) "
+        "instead of 4 of 64, 1,024 x 8 windows per step, run at 4,096",
+        ["--model.init_args.model_config",
+         json.dumps({"position": "rotary", "pattern": "local", "window": 128, "n_heads": 8}),
+         *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
+    "sparse_local_gpt2init_1024x8": Variant(
+        "the Sparse Transformer with every head local, initialised as the Transformer family "
+        "(N(0, 0.02)) instead of the paper's N(0, 0.125/sqrt(fan_in)), 1,024 x 8 windows per "
+        "step, run at 4,096",
+        ["--model.init_args.model_config",
+         json.dumps({"position": "rotary", "pattern": "local", "window": 128,
+                     "init_scheme": "gpt2"}), *WINDOWS_1024],
+        "recipes/sparse_transformer/pg19mini_strided.yaml",
+    ),
     "strided128_merged_1024x8": Variant(
         "strided, stride 128, merged (Eq. 7: every head attends A1 u A2), 1,024 x 8 windows "
         "per step, run at 4,096",

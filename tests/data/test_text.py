@@ -100,6 +100,20 @@ def test_text_file(tmp_path):
         load_byte_corpus("text_file", path=tmp_path / "missing.txt")
 
 
+def test_extra_train_adds_training_documents_and_leaves_evaluation_alone(data_dir):
+    """pg19mini plus the enwik8 prefix: the training split gains the prefix's, valid does not."""
+    plain = ByteTextDataModule("pg19mini", data_dir=str(data_dir), seq_len=64)
+    mixed = ByteTextDataModule(
+        "pg19mini", data_dir=str(data_dir), seq_len=64, extra_train=["enwik8_prefix"]
+    )
+    plain.setup("fit")
+    mixed.setup("fit")
+    extra = load_byte_corpus("enwik8_prefix", data_dir=data_dir, splits=("train",))["train"]
+    assert mixed.num_bytes("train") == plain.num_bytes("train") + sum(map(len, extra))
+    assert mixed.num_bytes("valid") == plain.num_bytes("valid")
+    assert bytes(mixed.splits["train"][-1]) == extra[-1]
+
+
 @pytest.mark.parametrize("seq_len", [1, 7, 16])
 def test_eval_windows_score_every_byte_exactly_once(seq_len):
     rng = np.random.default_rng(0)

@@ -210,7 +210,7 @@ def test_routing_diagonal_shortcut_equals_the_general_walk():
     B, H, T, w = 1, 2, 80, 50
     g = torch.Generator().manual_seed(2)
     q, k, v = inputs(B, H, T, 64, torch.float32)
-    q_idx = random_clusters(B, H, 2, w, T, g)
+    q_idx = random_clusters(B, H, 2, w, T, g).to(DEVICE)
     shared = triton_routing.routing_attention_triton(q, k, v, q_idx, block=16)
     general = triton_routing.routing_attention_triton(q, k, v, q_idx, q_idx.clone(), block=16)
     assert_matches(shared, general, (q, k, v), torch.float32)
@@ -225,7 +225,7 @@ def test_cpu_tensors_take_the_reference_path(monkeypatch):
 
     monkeypatch.setattr(triton_block_sparse, "block_sparse_attention_triton", fail)
     monkeypatch.setattr(triton_routing, "routing_attention_triton", fail)
-    q, k, v = inputs(1, 2, 32, 16, torch.float32)
+    q, k, v = (x.cpu() for x in inputs(1, 2, 32, 16, torch.float32))
     assert not zoo.kernels.use_triton(q)
     block_sparse_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool), 16)
     routing_attention(q, k, v, torch.arange(32).view(1, 1, 2, 16).expand(1, 2, 2, 16))
@@ -251,8 +251,8 @@ def test_dispatch_sends_supported_inputs_to_the_kernels(monkeypatch):
     q, k, v = inputs(1, 2, T, 32, torch.float32)
     plan = BlockSparsePlan(pattern.layout(T, 16), 16, T, mask_mod=pattern.mask_mod)
     got = block_sparse_attention(q, k, v, plan)
-    assert_matches(got, dense_oracle(q, k, v, pattern.mask(T)), (q, k, v), torch.float32)
-    q_idx = random_clusters(1, 2, 2, 24, T, torch.Generator().manual_seed(0))
+    assert_matches(got, dense_oracle(q, k, v, pattern.mask(T).to(DEVICE)), (q, k, v), torch.float32)
+    q_idx = random_clusters(1, 2, 2, 24, T, torch.Generator().manual_seed(0)).to(DEVICE)
     got = routing_attention(q, k, v, q_idx)
     assert_matches(got, routing_attention_ref(q, k, v, q_idx), (q, k, v), torch.float32)
     assert calls == ["block_sparse_attention_triton", "routing_attention_triton"]
@@ -296,15 +296,15 @@ def test_models_through_the_kernels_equal_the_reference_path(monkeypatch, name, 
     (the plans come from the model's own plan cache) against the reference path."""
     import zoo
 
-    model = zoo.create_model(name, **overrides).eval()  # eval: k-means would move between runs
-    x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
+    model = zoo.create_model(name, **overrides).to(DEVICE).eval()  # eval: k-means would move
+    x = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0)).to(DEVICE)
 
     def run():
         model.zero_grad()
         torch.manual_seed(0)
         out = model(x)
         logits = getattr(out, "logits", out)
-        (logits * torch.linspace(-1, 1, logits.shape[-1])).sum().backward()
+        (logits * torch.linspace(-1, 1, logits.shape[-1], device=DEVICE)).sum().backward()
         return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     want, want_grads = run()

@@ -176,6 +176,19 @@ def test_initialisation_follows_the_paper():
     assert not blk.ff.w1.bias.any() and not blk.attention.qkv.bias.any()
 
 
+def test_gpt2_init_scheme_takes_the_transformer_familys_initialisation():
+    config = SparseTransformerConfig(
+        **(SMALL | {"d_model": 256, "d_ff": 1024, "n_layers": 8, "init_scheme": "gpt2"})
+    )
+    torch.manual_seed(0)
+    model = SparseTransformerLM(config)
+    assert not model.lm_head.weight.any(), "zero_init_logits still applies"
+    blk = model.blocks[0]
+    assert blk.ff.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert blk.ff.w2.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
+
+
 def test_untrained_model_predicts_uniform_and_generates():
     model = model_with().eval()
     logits = model(torch.randint(0, 32, (1, 10)))

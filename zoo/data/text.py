@@ -385,6 +385,8 @@ class ByteTextDataModule(LightningDataModule):
         seq_len_warmup_doubling: ``True``: the stages double the length (above); ``False``: one
             stage, all ``seq_len_warmup_steps`` at ``seq_len_warmup_start``, then ``seq_len``
             (Shortformer's two-stage schedule).
+        extra_train: more data sets whose training splits are added to ``dataset``'s (e.g.
+            ``["enwik8_prefix"]`` beside pg19mini); validation and test stay ``dataset``'s.
 
     Raises:
         ConfigError: a warmup whose start does not divide ``seq_len`` by a power of two, or a
@@ -409,6 +411,7 @@ class ByteTextDataModule(LightningDataModule):
         seq_len_warmup_steps: int = 0,
         seq_len_warmup_start: int = 256,
         seq_len_warmup_doubling: bool = True,
+        extra_train: list[str] | None = None,
     ) -> None:
         super().__init__()
         require_positive(
@@ -432,6 +435,7 @@ class ByteTextDataModule(LightningDataModule):
         self.train_samples_per_epoch = train_samples_per_epoch
         self.download, self.num_workers, self.seed = download, num_workers, seed
         self.prompts = prompts
+        self.extra_train = list(extra_train or [])
         self.splits: dict[str, list[np.ndarray]] = {}
         self.tokenizer = ByteTokenizer()
 
@@ -527,6 +531,10 @@ class ByteTextDataModule(LightningDataModule):
                 download=self.download,
                 splits=missing,
             )
+            if "train" in missing:
+                for extra in self.extra_train:
+                    more = load_byte_corpus(extra, data_dir=self.data_dir, splits=("train",))
+                    docs["train"] = docs["train"] + more["train"]
             for split, raw in docs.items():
                 self.splits[split] = [np.frombuffer(d, dtype=np.uint8) for d in raw]
         self._resolve_seq_len()

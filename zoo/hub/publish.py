@@ -53,6 +53,7 @@ DATASETS = {  # model card wording of the data sets a checkpoint can be trained 
     "book-level split 55 / 2 / 3; bytes, no tokenizer",
     "enwik8": "enwik8: the first 100M bytes of an English Wikipedia dump, 90M/5M/5M split",
     "tinyshakespeare": "Tiny Shakespeare (1.1 MB), 90/5/5 split",
+    "enwik8_prefix": "enwik8_prefix: the first 4,154,399 bytes of enwik8, split 90/5/5 % in order",
 }
 
 
@@ -142,7 +143,8 @@ def model_card(
     )
     results = "\n".join(
         f"| {m.dataset} | {m.split} | {'all' if m.windows is None else f'first {m.windows}'} "
-        f"windows of {m.context} bytes ({m.targets:,} bytes) | {m.value:.4f} | {m.precision} |"
+        f"windows of {m.context} bytes ({m.targets:,} bytes) | {m.value:.4f} | {m.precision} "
+        f"| {m.hardware or 'unknown'} |"
         for m in metrics
     )
     curve = _by_position_section(name, by_position, by_position_plot)
@@ -150,11 +152,15 @@ def model_card(
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
     windows = _training_windows(facts.get("data", {}), cfg.get("max_seq_len"))
+    extra = facts.get("data", {}).get("extra_train") or []
+    corpus = DATASETS.get(dataset, dataset) + "".join(
+        f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
+    )
     body = f"""
 # {name}
 
 `{model_name}` ({description}): a byte-level causal language model of the attention-zoo
-library (`model_type: {model_type}`), trained on {DATASETS.get(dataset, dataset)}.
+library (`model_type: {model_type}`), trained on {corpus}.
 
 ## Use
 
@@ -174,8 +180,8 @@ or `zoo generate --checkpoint {name} --prompt "It was a cold night"`; fine-tune 
 Bits per byte (lower is better), measured with `zoo evaluate {name} [--windows N]`;
 `zoo evaluate {name} --registered` re-measures all of them:
 
-| data set | split | measured on | bits per byte | precision |
-|---|---|---|---|---|
+| data set | split | measured on | bits per byte | precision | hardware |
+|---|---|---|---|---|---|
 {results}
 {curve}
 ## Training
@@ -253,8 +259,11 @@ def export_run(
     """Write the publishable folder of a trained run (see the module docstring) to ``out_dir``.
 
     Args:
-        source: a run directory (``runs/<family>/<dataset>``, its ``checkpoints/best.ckpt``) or a
-            ``.ckpt`` file of :class:`~zoo.tasks.CausalLM`.
+        source: a run directory (``runs/<family>/<dataset>``, its ``checkpoints/best.ckpt``), a
+            ``.ckpt`` file of :class:`~zoo.tasks.CausalLM`, or a ``save_pretrained`` folder that
+            holds its own ``training.json`` (a model trained and saved on another machine, e.g. a
+            GPU whose Lightning checkpoint stayed there): its files are copied as they are (their
+            dtype too), after the folder loads and matches its ``manifest.json``.
         name: the checkpoint's name, ``<model>.<dataset>``.
         recipe: the recipe YAML that trained it (copied as ``recipe.yaml``).
         metrics: the measured metrics (``zoo evaluate --out``) for the model card.
@@ -264,16 +273,24 @@ def export_run(
             the curve and table whenever ``out_dir`` has these files.
 
     Raises:
-        CheckpointError: ``source`` is not a run or checkpoint, or ``by_position`` holds none of
-        the files; ConfigError: no recipe file.
+        CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
+        ``training.json``, or ``by_position`` holds none of the files; ChecksumError: the saved
+        model does not match its manifest; ConfigError: no recipe file.
     """
     from zoo.evaluation import BY_POSITION_FILES, find_checkpoint
     from zoo.tasks import CausalLM
 
+    saved = Path(source)
     ckpt_path = find_checkpoint(source)
-    if ckpt_path is None:
+    if ckpt_path is None and not (saved / "config.json").is_file():
         raise CheckpointError(
-            f"{source} is neither a .ckpt file nor a run directory with checkpoints/best.ckpt."
+            f"{source} is neither a .ckpt file, a run directory with checkpoints/best.ckpt, nor "
+            "a save_pretrained folder."
+        )
+    if ckpt_path is None and not (saved / "training.json").is_file():
+        raise CheckpointError(
+            f"{source} is a saved model without training.json: write its training facts there "
+            "(optimizer_steps, tokens, wall_time_s, hardware, ...) to export it."
         )
     if not Path(recipe).is_file():
         raise ConfigError(
@@ -281,10 +298,19 @@ def export_run(
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    module = CausalLM.load_from_checkpoint(ckpt_path, map_location="cpu")
-    module.model.save_pretrained(out)
-    facts = training_facts(torch.load(ckpt_path, map_location="cpu", weights_only=False))
-    facts["checkpoint"] = ckpt_path.name
+    if ckpt_path is None:
+        from zoo.pretrained import MANIFEST_NAME, from_pretrained
+
+        from_pretrained(saved.resolve())  # loads, and checks every file against the manifest
+        for f in ("config.json", "model.safetensors", MANIFEST_NAME):
+            if (saved / f).is_file() and (saved / f).resolve() != (out / f).resolve():
+                shutil.copyfile(saved / f, out / f)
+        facts = json.loads((saved / "training.json").read_text())
+    else:
+        module = CausalLM.load_from_checkpoint(ckpt_path, map_location="cpu")
+        module.model.save_pretrained(out)
+        facts = training_facts(torch.load(ckpt_path, map_location="cpu", weights_only=False))
+        facts["checkpoint"] = ckpt_path.name
     shutil.copyfile(recipe, out / "recipe.yaml")
     config = json.loads((out / "config.json").read_text())
     facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
