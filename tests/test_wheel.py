@@ -117,7 +117,7 @@ def test_zoo_fit_takes_a_packaged_recipe_by_name(site, tmp_path, data_dir):
     done = run_installed(
         site,
         tmp_path,
-        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm/pg19mini_v9'])",
+        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm/pg19mini_v1x'])",
     )
     assert done.returncode == 2
     assert (
