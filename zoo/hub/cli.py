@@ -253,7 +253,8 @@ def export_main(args: list[str]) -> None:
         description="Turn a trained run into the folder that is pushed and shipped: config.json, "
         "model.safetensors, README.md (model card), recipe.yaml, training.json.",
     )
-    parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt) or a .ckpt")
+    parser.add_argument("run", help="a run directory (its checkpoints/best.ckpt), a .ckpt, or a "
+                        "save_pretrained folder with its own training.json")  # fmt: skip
     parser.add_argument(
         "--name", required=True, help="<model>.<dataset>, e.g. transformer_lm_small.pg19mini"
     )
