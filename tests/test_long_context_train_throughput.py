@@ -25,7 +25,8 @@ def test_rows_and_table(tmp_path):
     assert all(r["tokens_per_s"] > 0 and r["parameters"] > 0 for r in rows)
     assert zoo.kernels.use_triton is before
     text = out.read_text()
-    assert "| sparse_transformer_tiny | ref | 2 × 64 |" in text and "torch " in text
+    assert "| sparse_transformer_tiny | ref | 2 × 64 |" in text
+    assert f"- torch: {torch.__version__}" in text and "train_throughput.py sparse" in text
 
 
 def test_a_malformed_batch_is_a_clear_error():

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -83,26 +82,17 @@ def measure(preset: str, config: dict, path: str, batch: int, length: int, steps
         kernels.use_triton = use_triton
 
 
-def environment() -> str:
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name()
-    else:
-        device = f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
-    try:
-        import triton
+def report(rows: list[dict], command: str) -> str:
+    """The markdown table, headed by the device and versions of the kernel benchmark's header."""
+    from zoo.kernels.bench import environment
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
-    return f"{device}; torch {torch.__version__}, triton {triton_version}"
-
-
-def report(rows: list[dict], env: str, command: str) -> str:
-    lines = [
-        f"Training throughput: {env}", "", f"`{command}`", "",
+    env = {**environment(), "command": command}
+    lines = [f"# Training throughput: {env.pop('device')}", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()] + [""]
+    lines += [
         "| preset | path | batch | parameters | tokens/s | ms/step | peak GiB |",
         "|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         peak = f"{r['peak_gib']:.1f}" if r["peak_gib"] is not None else "—"
         lines.append(
@@ -130,7 +120,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for batch, length in args.batches
     ]
     command = "python recipes/long_context/train_throughput.py " + " ".join(argv or [])
-    text = report(rows, environment(), command.strip())
+    text = report(rows, command.strip())
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
