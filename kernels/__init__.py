@@ -2,11 +2,19 @@
 
 Each op has an ``op_ref`` in pure PyTorch (the executable spec, which runs anywhere) and a Triton
 kernel (``triton_block_sparse``, ``triton_routing``). Models call only the dispatching ops,
-:func:`block_sparse_attention` and :func:`routing_attention`. These run the Triton kernel when
-the tensors are on CUDA and Triton is installed (``pip install attention-zoo[triton]``), and the
-reference otherwise. A CUDA input the kernel does not take (say a block size of 8) falls back to
-the reference with a warning. This package imports on machines without Triton or a GPU, because
-the Triton modules are imported only on the first CUDA call.
+:func:`block_sparse_attention` and :func:`routing_attention`. Which path CUDA tensors take is
+:func:`backend`'s choice, set by the environment variable ``ZOO_ATTENTION_BACKEND``:
+
+- ``auto`` (default): the Triton kernels on GPUs whose architecture is in :data:`VERIFIED` (their
+  native tests passed there, docs/kernels.md "GPU verification") and Triton is installed
+  (``pip install attention-zoo[triton]``); the PyTorch path, with a one-time warning, on any
+  other GPU;
+- ``triton``: the Triton kernels on every GPU (opt in on an unverified one);
+- ``torch``: the PyTorch path everywhere.
+
+CPU tensors always take the PyTorch path. A CUDA input the kernel does not take (say a block size
+of 8) falls back to the reference with a warning. This package imports on machines without Triton
+or a GPU, because the Triton modules are imported only on the first CUDA call.
 
 Modules: ``block_sparse`` / ``routing`` (references and the plan), ``triton_flash`` (shared tile
 steps), ``triton_block_sparse`` / ``triton_routing`` (kernels), ``bench`` (the kernel benchmark).
@@ -14,7 +22,9 @@ steps), ``triton_block_sparse`` / ``triton_routing`` (kernels), ``bench`` (the k
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 import warnings
 
 from torch import Tensor
@@ -27,15 +37,19 @@ from zoo.kernels.block_sparse import (
 )
 from zoo.kernels.routing import routing_attention_ref
 from zoo.kernels.sdpa import sdpa
+from zoo.kernels.segment import segment_attention
 
 __all__ = [
+    "VERIFIED",
     "BlockSparsePlan",
+    "backend",
     "block_sparse_attention",
     "block_sparse_attention_ref",
     "expand_layout",
     "routing_attention",
     "routing_attention_ref",
     "sdpa",
+    "segment_attention",
 ]
 
 
@@ -100,10 +114,68 @@ def routing_attention(
     return routing_attention_ref(q, k, v, q_idx, k_idx, causal=causal, scale=scale)
 
 
+BACKENDS = ("auto", "triton", "torch")
+# GPU architectures (CUDA compute capability) on which the Triton kernels' native tests passed
+VERIFIED: dict[tuple[int, int], str] = {
+    (9, 0): "NVIDIA H100 80GB HBM3 (SXM5), 2026-11-24, torch 2.11.0+cu130, triton 3.6.0: "
+    "137 passed",
+}
+
+
+def backend(capability: tuple[int, int] | None = None) -> str:
+    """``"triton"`` or ``"torch"``: the path CUDA tensors take on a GPU of compute ``capability``
+    (``None``: the current device's), under ``ZOO_ATTENTION_BACKEND`` (see the module docstring).
+
+    Raises:
+        ValueError: ``ZOO_ATTENTION_BACKEND`` is not one of ``auto``, ``triton``, ``torch``.
+    """
+    choice = os.environ.get("ZOO_ATTENTION_BACKEND", "auto").strip().lower() or "auto"
+    if choice not in BACKENDS:
+        raise ValueError(
+            f"ZOO_ATTENTION_BACKEND={choice!r} is not one of {', '.join(BACKENDS)}; unset it for "
+            "the default (auto)"
+        )
+    if choice != "auto":
+        return choice
+    capability = tuple(_capability(None)) if capability is None else capability
+    if capability in VERIFIED:
+        return "triton"
+    _warn_unverified(capability)
+    return "torch"
+
+
+@functools.cache
+def _warn_unverified(capability: tuple[int, int]) -> None:
+    warnings.warn(
+        f"the Triton attention kernels are not verified on GPUs of compute capability "
+        f"{capability[0]}.{capability[1]} (verified: "
+        f"{', '.join(f'{a}.{b}' for a, b in VERIFIED)}); running the PyTorch path. Set "
+        "ZOO_ATTENTION_BACKEND=triton to use them anyway",
+        stacklevel=4,
+    )
+
+
 def use_triton(x: Tensor) -> bool:
-    """Whether the ops send ``x`` to Triton: it is on CUDA and Triton is installed. CPU tensors
-    never go there, since outside ``TRITON_INTERPRET=1`` a launch on them fails."""
-    return x.is_cuda and importlib.util.find_spec("triton") is not None
+    """Whether the ops send ``x`` to Triton: it is on CUDA, Triton is installed and
+    :func:`backend` says ``"triton"``. CPU tensors never go there, since outside
+    ``TRITON_INTERPRET=1`` a launch on them fails."""
+    if not x.is_cuda:
+        return False
+    choice = backend(tuple(_capability(x.device)))
+    if choice == "triton" and importlib.util.find_spec("triton") is None:
+        if os.environ.get("ZOO_ATTENTION_BACKEND", "").strip().lower() == "triton":
+            raise ValueError(
+                "ZOO_ATTENTION_BACKEND=triton but Triton is not installed: "
+                "pip install 'attention-zoo[triton]', or unset the variable"
+            )
+        return False
+    return choice == "triton"
+
+
+def _capability(device) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(device)
 
 
 def _fallback(op: str, reason: str) -> None:

@@ -72,8 +72,10 @@ def test_interleaving_alternates_the_components():
 def test_multihead_splits_heads_between_components():
     groups = model_with(pattern="strided", integration="multihead").blocks[0].attention.groups
     assert [(g.n_heads, g.pattern.name.rsplit(".", 1)[1]) for g in groups] == [(2, "A1"), (2, "A2")]
-    # strided A2 runs on the transposed sequence, A1 through the block-sparse op
-    assert [route(g.pattern) for g in groups] == ["block_sparse", "columns"]
+    # strided A2 runs on the transposed sequence; A1 as local(stride + 1) on a CPU, through the
+    # block-sparse op (the Triton kernel) on CUDA
+    assert [route(g.pattern) for g in groups] == ["local", "columns"]
+    assert [route(g.pattern, device_type="cuda") for g in groups] == ["block_sparse", "columns"]
     assert groups[1].pattern.param("stride") == 8
 
 

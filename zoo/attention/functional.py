@@ -11,11 +11,16 @@ masked computation, :func:`masked_attention`, up to float rounding):
 ``columns``     strided ``A2`` (``(i - j) mod l == 0``): dense causal attention down each column
                 of the ``(T / l, l)`` grid (Child et al. 2019, §5.5, "transposing the matrix")
 ``local``       ``local(window)``: blocks of ``window`` queries against their block and the one
-                before, as SDPA heads; also takes segment ids and Shaw relative positions
+                before, as SDPA heads; also takes segment ids and Shaw relative positions. On a
+                CPU also strided ``A1``, which is ``local(stride + 1)``
+``segments``    on a CPU, the fixed pattern (``A1 ∪ A2`` or ``A1``): causal attention within each
+                segment of ``stride`` plus dense rectangles onto earlier segments' summaries,
+                merged by log-sum-exp (:func:`zoo.kernels.segment_attention`)
 ``gathered``    ``local_1d`` / ``local_2d``: each query block gathers its own memory (Parmar et
                 al. 2018, §3.2) and runs densely
-``block_sparse`` any other pattern: :func:`zoo.kernels.block_sparse_attention` over its block
-                layout (Triton on CUDA, the chunked reference elsewhere)
+``block_sparse`` any other pattern (and strided ``A1`` and fixed off the CPU):
+                :func:`zoo.kernels.block_sparse_attention` over its block layout (Triton on
+                CUDA, the chunked reference elsewhere)
 ``decode``      new queries after ``past`` cached positions under a pattern: only the keys the
                 pattern selects are gathered, then the masked path
 ``materialised``  a mapping other than softmax (:mod:`zoo.attention.mappings`): the masked path
@@ -46,7 +51,7 @@ from torch import Tensor
 
 from zoo.attention.mappings import MappingName, map_scores
 from zoo.attention.patterns import AttentionPattern
-from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa
+from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa, segment_attention
 
 if TYPE_CHECKING:
     from zoo.attention.relative import RelativePositions
@@ -63,17 +68,23 @@ __all__ = [
     "route",
 ]
 
-Route = Literal["dense", "columns", "local", "gathered", "block_sparse", "decode", "materialised"]
+Route = Literal[
+    "dense", "columns", "local", "segments", "gathered", "block_sparse", "decode", "materialised"
+]
 MAX_PLANS = 32  # block-sparse / gathered plans kept (one per pattern, length, heads, device)
 _PLANS: OrderedDict[tuple, BlockSparsePlan | GatheredPlan] = OrderedDict()
 
 
 # --- the planner ---------------------------------------------------------------------------------
 def route(
-    pattern: AttentionPattern | None, *, past: int = 0, mapping: MappingName = "softmax"
+    pattern: AttentionPattern | None,
+    *,
+    past: int = 0,
+    mapping: MappingName = "softmax",
+    device_type: str = "cpu",
 ) -> Route:
     """The route :func:`attend` takes for ``pattern`` (``None``: every key) after ``past`` cached
-    positions, with ``mapping``."""
+    positions, with ``mapping``, for tensors on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
     if mapping != "softmax":
         return "materialised"
     if pattern is None or pattern.kind == "causal":
@@ -86,6 +97,11 @@ def route(
         return "local"
     if pattern.kind in ("local_1d", "local_2d"):
         return "gathered"
+    if device_type == "cpu" and pattern.param("component") != 2:
+        if pattern.kind == "strided" and pattern.param("component") == 1:
+            return "local"  # A1 is local(stride + 1)
+        if pattern.kind == "fixed":
+            return "segments"
     return "block_sparse"
 
 
@@ -131,7 +147,7 @@ def attend(
         ValueError: an argument the chosen route cannot honour (dropout, padding or segments on a
             route that has none), so nothing is silently ignored.
     """
-    r = route(pattern, past=past, mapping=mapping)
+    r = route(pattern, past=past, mapping=mapping, device_type=q.device.type)
     if dropout_p and r != "dense":
         raise ValueError(f"attention dropout is supported on the dense route only, not {r!r}")
     if key_padding_mask is not None and r not in ("dense", "materialised"):
@@ -152,12 +168,27 @@ def attend(
     if r == "columns":
         return column_attention(q, k, v, pattern.param("stride"))
     if r == "local":
-        return local_attention(q, k, v, pattern.param("window"), segments=segments,
+        window = pattern.param("window") or pattern.param("stride") + 1  # strided A1: i - j <= l
+        return local_attention(q, k, v, window, segments=segments,
                                positions=positions, relative=relative)  # fmt: skip
+    if r == "segments":
+        return segment_attention(q, k, v, pattern.param("stride"), _summary(pattern, q.shape[1]))
     plan = _plan(pattern, q.shape[2], q.shape[1], block_size, q.device)
     if r == "gathered":
         return gathered_attention(q, k, v, plan)
     return block_sparse_attention(q, k, v, plan)
+
+
+def _summary(pattern: AttentionPattern, n_heads: int) -> Tensor | None:
+    """The fixed pattern's summary offsets ``(1 or H, c)`` inside a segment, read off the pattern
+    itself (which keys of segment 0 the last query of segment 1 sees); ``None`` for ``A1``."""
+    l = pattern.param("stride")
+    heads = torch.arange(n_heads if pattern.per_head else 1)[:, None]
+    seen = pattern.mask_mod(heads, torch.tensor(2 * l - 1), torch.arange(l)[None])  # (H, l)
+    seen = torch.broadcast_to(seen, (heads.shape[0], l))
+    if not seen.any():
+        return None
+    return seen.nonzero()[:, 1].view(heads.shape[0], -1)
 
 
 def _allowed(

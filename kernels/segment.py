@@ -1,0 +1,252 @@
+"""Segment-summary attention on a CPU: the Sparse Transformer's fixed pattern as a few dense
+attention problems on PyTorch's fused kernel, merged exactly by log-sum-exp.
+
+The layout (Child et al. 2019, §4.3, the fixed pattern ``A1 ∪ A2``): positions fall into
+segments of ``l``; query ``i`` attends causally to its own segment (``A1``) and to the ``c``
+summary positions of every EARLIER segment (``A2`` outside its own segment; ``A2`` inside it is
+part of ``A1``). With ``summary=None`` only the segment part is computed (``A1`` alone).
+
+How: the two key sets are disjoint, so the softmax over their union is the merge of two partial
+softmaxes by their row log-sum-exp (the identity FlashAttention's tiles use):
+``L = logaddexp(L1, L2)``, ``O = exp(L1 - L) O1 + exp(L2 - L) O2``. Each part is dense:
+
+- the segment part is causal attention within each segment, one batched causal problem;
+- the summary part is, in the compacted summary keys, a strictly block-lower-triangular matrix
+  (segment ``s`` sees the summaries of segments ``< s``). It is split into full rectangles by
+  halving: at level ``d`` the second half of each of the ``2^d`` groups of segments sees the
+  first half's summaries, with no mask. ``log2(segments)`` batched problems cover the triangle
+  exactly, with no masked-out entry computed.
+
+Every part runs through ``_scaled_dot_product_flash_attention_for_cpu``, which also returns the
+row log-sum-exp. The backward pass hands each part's backward kernel the MERGED output and
+log-sum-exp: the gradient of a part's keys and values, and its share of the query gradient,
+depend only on ``P = exp(S - L)`` and ``rowsum(dO * O)``, both of the union (FlashAttention's
+backward, recomputing from ``L``). So forward and backward are exact and never hold more than
+one part's tiles. Computed entries: ``n l / 2`` for the segments plus ``n^2 c / (2 l)`` for the
+summaries, against ``n^2 / 2`` for dense causal attention.
+
+Scores and softmax are fp32 (the inputs are upcast; fp64 stays fp64): on the CPUs this project
+measured, PyTorch's fused kernel is slower in bf16 on short problems (see :mod:`zoo.kernels.sdpa`).
+
+Shape legend: B batch, H heads, T positions, D head dim, l segment length, S segments (padded
+to a power of two), c summary positions per segment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["segment_attention"]
+
+
+def segment_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    segment: int,
+    summary: Tensor | None = None,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """Causal attention within segments of ``segment`` positions, plus the summary positions of
+    all earlier segments.
+
+    Args:
+        q, k, v: ``(B, H, T, D)`` CPU tensors, fp32, bf16, fp16 or fp64; ``T`` need not be a
+            multiple of ``segment``.
+        segment: ``l``, the segment length (the fixed pattern's stride).
+        summary: int64 ``(H, c)`` (or ``(1, c)``, shared), the offsets ``0 <= r < l`` inside each
+            segment of head ``h``'s summary positions, sorted; ``None`` for no summaries.
+        scale: score scale, default ``1 / sqrt(D)``.
+
+    Returns:
+        ``(B, H, T, D)`` in the dtype of ``v``: for query ``i``, softmax over keys ``j <= i`` in
+        ``i``'s segment and keys ``j`` in earlier segments with ``j mod l`` in ``summary[h]``.
+
+    Raises:
+        ValueError: non-CPU tensors, mismatched shapes, or a summary outside ``0..l-1``.
+    """
+    B, H, T, D = q.shape
+    if q.device.type != "cpu":
+        raise ValueError(f"segment_attention runs on a CPU; got {q.device} tensors")
+    if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k, v must share (B, H, T): got {q.shape}, {k.shape}, {v.shape}")
+    if summary is not None and (
+        summary.dim() != 2
+        or summary.shape[0] not in (1, H)
+        or int(summary.min()) < 0
+        or int(summary.max()) >= segment
+    ):
+        raise ValueError(
+            f"summary must be int offsets (1 or {H}, c) in 0..{segment - 1}; got "
+            f"{tuple(summary.shape)} {summary.tolist() if summary.numel() < 9 else ''}"
+        )
+    scale = D**-0.5 if scale is None else scale
+    return _SegmentAttention.apply(q, k, v, segment, summary, scale)
+
+
+# --- the parts ------------------------------------------------------------------------------------
+def _flash(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """PyTorch's fused CPU attention on ``(B, N, Tq, D)``: output and row log-sum-exp (fp32)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, scale=scale
+    )
+    return out, lse
+
+
+def _flash_backward(do, q, k, v, out, lse, causal: bool, scale: float):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        do, q, k, v, out, lse, 0.0, causal, scale=scale
+    )
+
+
+class _Layout:
+    """Views of the padded ``(B, H, S l, D)`` tensors for each part: the segments, and per halving
+    level the query half and the summary half of its rectangles."""
+
+    def __init__(self, B: int, H: int, T: int, l: int, summary: Tensor | None) -> None:
+        self.B, self.H, self.T, self.l = B, H, T, l
+        self.n_segments = math.ceil(T / l)
+        self.S = 1 << max(0, (self.n_segments - 1).bit_length())  # padded to a power of two
+        self.summary = summary
+        self.levels = []  # (rectangles per level R, kept M, segments per half)
+        if summary is not None:
+            size = self.S // 2
+            while size >= 1:
+                R = self.S // (2 * size)
+                # rectangle m's queries start at segment (2m + 1) size: keep those before the end
+                M = min(R, max(0, math.ceil((self.n_segments - size) / (2 * size))))
+                if M:
+                    self.levels.append((R, M, size))
+                size //= 2
+
+    def pad(self, x: Tensor) -> Tensor:
+        x = x.to(torch.promote_types(x.dtype, torch.float32))
+        return F.pad(x, (0, 0, 0, self.S * self.l - self.T)).contiguous()
+
+    def segments(self, x: Tensor) -> Tensor:
+        """``(B, H, S l, ...)`` -> ``(B, H S, l, ...)`` (a view)."""
+        return x.view(self.B, self.H * self.S, self.l, *x.shape[3:])
+
+    def summaries(self, x: Tensor) -> Tensor:
+        """``(B, H, S l, D)`` -> the summary positions ``(B, H, S c, D)`` (a copy)."""
+        xs = x.view(self.B, self.H, self.S, self.l, -1)
+        idx = self.summary.to(x.device)  # (1 or H, c)
+        g = (
+            xs[:, :, :, idx[0]]
+            if idx.shape[0] == 1
+            else torch.stack([xs[:, h, :, idx[h]] for h in range(self.H)], 1)
+        )  # (B, H, S, c, D)
+        return g.reshape(self.B, self.H, -1, x.shape[-1])
+
+    def add_summaries(self, into: Tensor, g: Tensor) -> None:
+        """Add ``(B, H, S c, D)`` gradients at the summary positions of ``into`` ``(B, H, S l, D)``."""
+        xs = into.view(self.B, self.H, self.S, self.l, -1)
+        idx = self.summary.to(into.device)
+        g = g.view(self.B, self.H, self.S, idx.shape[1], -1)
+        if idx.shape[0] == 1:
+            xs[:, :, :, idx[0]] += g
+        else:
+            for h in range(self.H):
+                xs[:, h, :, idx[h]] += g[:, h]
+
+    def half(self, x: Tensor, level: tuple[int, int, int], which: int, per_segment: int) -> Tensor:
+        """Level ``level``'s query half (``which=1``) or key half (``0``) of each kept rectangle, as
+        a view ``(B, H, M, size * per_segment, ...)`` of ``x`` ``(B, H, S per_segment, ...)``."""
+        R, M, size = level
+        rest = x.shape[3:]
+        return x.view(self.B, self.H, R, 2, size * per_segment, *rest)[:, :, :M, which]
+
+
+def _flat(x: Tensor) -> Tensor:
+    """``(B, H, M, n, ...)`` -> contiguous ``(B, H M, n, ...)``."""
+    return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def _merge(out: Tensor, lse: Tensor, part_out: Tensor, part_lse: Tensor) -> None:
+    """Merge a part's softmax ``(part_out, part_lse)`` into ``(out, lse)`` in place (views)."""
+    new = torch.logaddexp(lse, part_lse)
+    out.mul_(torch.exp(lse - new)[..., None]).add_(part_out * torch.exp(part_lse - new)[..., None])
+    lse.copy_(new)
+
+
+class _SegmentAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, l, summary, scale):
+        with torch.autocast("cpu", enabled=False):
+            B, H, T, D = q.shape
+            lay = _Layout(B, H, T, l, summary)
+            qp, kp, vp = (lay.pad(x) for x in (q, k, v))
+            out, lse = _flash(*(lay.segments(x) for x in (qp, kp, vp)), True, scale)
+            out = out.view(B, H, -1, v.shape[-1])  # every query sees itself: lse is finite
+            lse = lse.reshape(B, H, -1)
+            if lay.levels:
+                ks, vs = lay.summaries(kp), lay.summaries(vp)
+                c = ks.shape[2] // lay.S
+                for level in lay.levels:
+                    part_out, part_lse = _flash(
+                        _flat(lay.half(qp, level, 1, l)),
+                        _flat(lay.half(ks, level, 0, c)),
+                        _flat(lay.half(vs, level, 0, c)),
+                        False,
+                        scale,
+                    )
+                    M, n = level[1], level[2] * l
+                    _merge(
+                        lay.half(out, level, 1, l),
+                        lay.half(lse, level, 1, l),
+                        part_out.view(B, H, M, n, -1),
+                        part_lse.view(B, H, M, n),
+                    )
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.layout, ctx.scale = lay, scale
+            return out[:, :, :T].to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        with torch.autocast("cpu", enabled=False):
+            q, k, v, out, lse = ctx.saved_tensors
+            lay, scale, l = ctx.layout, ctx.scale, ctx.layout.l
+            B, H, T, _ = q.shape
+            qp, kp, vp, do = (lay.pad(x) for x in (q, k, v, grad_out))
+            do = do.to(out.dtype)
+            dq, dk, dv = _flash_backward(
+                *(lay.segments(x) for x in (do, qp, kp, vp, out)),
+                lay.segments(lse[..., None])[..., 0],
+                True,
+                scale,
+            )
+            dq, dk, dv = (g.reshape(B, H, -1, g.shape[-1]) for g in (dq, dk, dv))
+            if lay.levels:
+                ks, vs = lay.summaries(kp), lay.summaries(vp)
+                c = ks.shape[2] // lay.S
+                dks, dvs = torch.zeros_like(ks), torch.zeros_like(vs)
+                for level in lay.levels:
+                    M, n = level[1], level[2] * l
+                    dq_p, dk_p, dv_p = _flash_backward(
+                        _flat(lay.half(do, level, 1, l)),
+                        _flat(lay.half(qp, level, 1, l)),
+                        _flat(lay.half(ks, level, 0, c)),
+                        _flat(lay.half(vs, level, 0, c)),
+                        _flat(lay.half(out, level, 1, l)),
+                        _flat(lay.half(lse, level, 1, l)),
+                        False,
+                        scale,
+                    )
+                    lay.half(dq, level, 1, l).add_(dq_p.view(B, H, M, n, -1))
+                    lay.half(dks, level, 0, c).add_(dk_p.view(B, H, M, level[2] * c, -1))
+                    lay.half(dvs, level, 0, c).add_(dv_p.view(B, H, M, level[2] * c, -1))
+                lay.add_summaries(dk, dks)
+                lay.add_summaries(dv, dvs)
+            return (
+                dq[:, :, :T].to(q.dtype),
+                dk[:, :, :T].to(k.dtype),
+                dv[:, :, :T].to(v.dtype),
+                None,
+                None,
+                None,
+            )

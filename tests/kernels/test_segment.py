@@ -1,0 +1,129 @@
+"""segment_attention (the fixed pattern on a CPU, merged by log-sum-exp) against the dense masked
+computation of the same pattern, and the engine's choice of it."""
+
+import pytest
+import torch
+from zoo.kernels import segment_attention
+
+from zoo.attention import functional
+from zoo.attention.functional import attend, route
+from zoo.attention.patterns import fixed, strided
+
+TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def inputs(B, H, T, D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(B, H, T, D, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+        for _ in range(3)
+    ]
+
+
+def oracle(q, k, v, pattern):
+    """Dense attention under the pattern's element mask, in fp64."""
+    T, H = q.shape[2], q.shape[1]
+    mask = pattern.mask(T, H if pattern.per_head else None)
+    s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v.double()
+
+
+def assert_exact(q, k, v, got, want):
+    tol = TOL[q.dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    grad = torch.randn_like(want)
+    g_got = torch.autograd.grad(got, (q, k, v), grad.to(got.dtype))
+    g_want = torch.autograd.grad(want, (q, k, v), grad)
+    for name, a, b in zip("qkv", g_got, g_want, strict=True):
+        torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol, msg=f"d{name}")
+
+
+# segment counts 1 .. 13: powers of two and not (the halving pads to 16), ragged ends
+@pytest.mark.parametrize("T", [5, 16, 33, 64, 100, 203])
+@pytest.mark.parametrize("distinct", [False, True])
+def test_fixed_union_matches_the_dense_masked_computation(T, distinct):
+    l, c, H = 16, 4, 3
+    pattern = fixed(l, c, distinct_summaries=distinct)
+    q, k, v = inputs(2, H, T, 8, torch.float64)
+    got = attend(q, k, v, pattern)
+    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+
+
+@pytest.mark.parametrize("T", [7, 40])
+def test_fixed_a1_alone_is_causal_within_segments(T):
+    pattern = fixed(8, 2, component=1)
+    q, k, v = inputs(1, 2, T, 4, torch.float64)
+    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_low_precision_inputs_keep_their_dtype_and_match(dtype):
+    pattern = fixed(32, 8, distinct_summaries=True)
+    q, k, v = inputs(1, 4, 300, 16, dtype)
+    got = attend(q, k, v, pattern)
+    assert got.dtype == dtype
+    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+
+
+def test_autocast_is_switched_off_inside():
+    pattern = fixed(16, 4)
+    q, k, v = inputs(1, 2, 64, 8, torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attend(q, k, v, pattern)
+    assert got.dtype == torch.float32
+    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+
+
+def test_the_engine_routes_fixed_and_strided_a1_by_device():
+    union, a1, a2 = fixed(16, 4), fixed(16, 4, component=1), fixed(16, 4, component=2)
+    assert [route(p) for p in (union, a1, a2)] == ["segments", "segments", "block_sparse"]
+    assert route(union, device_type="cuda") == "block_sparse"
+    assert route(strided(8, component=1)) == "local"
+    assert route(strided(8, component=1), device_type="cuda") == "block_sparse"
+    assert route(strided(8)) == "block_sparse"  # the union: no structured route yet
+
+
+def test_strided_a1_on_the_local_route_is_exact():
+    pattern = strided(8, component=1)
+    q, k, v = inputs(2, 2, 50, 4, torch.float32)  # the local route computes in fp32
+    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
+
+
+def test_summary_offsets_are_read_off_the_pattern():
+    assert functional._summary(fixed(16, 4), 3).tolist() == [[12, 13, 14, 15]]
+    distinct = functional._summary(fixed(16, 4, distinct_summaries=True), 3)
+    assert distinct.tolist() == [[12, 13, 14, 15], [8, 9, 10, 11], [4, 5, 6, 7]]
+    assert functional._summary(fixed(16, 4, component=1), 3) is None
+
+
+def test_summaries_of_earlier_segments_only():
+    """A query sees no summary of a later segment, and the summary of its own segment only up to
+    itself: changing a later key changes nothing before it."""
+    q, k, v = (x.detach() for x in inputs(1, 2, 64, 8, torch.float32))
+    summary = torch.tensor([[12, 13, 14, 15]])
+    before = segment_attention(q, k, v, 16, summary)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 30:], v2[:, :, 30:] = 5.0, -5.0
+    after = segment_attention(q, k2, v2, 16, summary)
+    torch.testing.assert_close(after[:, :, :30], before[:, :, :30])
+    assert not torch.allclose(after[:, :, 30:], before[:, :, 30:])
+
+
+@pytest.mark.parametrize(
+    "summary, match",
+    [
+        (torch.tensor([[16]]), "summary must be"),
+        (torch.tensor([[-1]]), "summary must be"),
+        (torch.tensor([[1], [2], [3]]), "summary must be"),
+    ],
+)
+def test_bad_summaries_raise(summary, match):
+    q, k, v = (torch.randn(1, 2, 32, 4) for _ in range(3))
+    with pytest.raises(ValueError, match=match):
+        segment_attention(q, k, v, 16, summary)
+
+
+def test_mismatched_shapes_raise():
+    q = torch.randn(1, 2, 32, 4)
+    with pytest.raises(ValueError, match="must share"):
+        segment_attention(q, torch.randn(1, 2, 31, 4), q, 16)
