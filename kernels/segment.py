@@ -105,8 +105,11 @@ def _flash_backward(do, q, k, v, out, lse, causal: bool, scale: float):
 
 
 class _Layout:
-    """Views of the padded ``(B, H, S l, D)`` tensors for each part: the segments, and per halving
-    level the query half and the summary half of its rectangles."""
+    """Views for each part, in the ``(B, T, H, D)`` memory order that PyTorch's fused CPU kernel
+    reads and writes (its outputs, log-sum-exps and gradients are laid out so): the segments, and
+    per halving level the query half and the summary half of its rectangles. With the inputs
+    from a fused QKV projection and ``T`` a power-of-two number of segments, no part copies its
+    queries, keys, values or outputs."""
 
     def __init__(self, B: int, H: int, T: int, l: int, summary: Tensor | None) -> None:
         self.B, self.H, self.T, self.l = B, H, T, l
@@ -124,51 +127,64 @@ class _Layout:
                     self.levels.append((R, M, size))
                 size //= 2
 
-    def pad(self, x: Tensor) -> Tensor:
-        x = x.to(torch.promote_types(x.dtype, torch.float32))
-        return F.pad(x, (0, 0, 0, self.S * self.l - self.T)).contiguous()
+    def bthd(self, x: Tensor) -> Tensor:
+        """``(B, H, T, D)`` -> ``(B, S l, H, D)``, fp32 or wider, zero-padded at the end (a view
+        when no padding or cast is needed)."""
+        x = x.transpose(1, 2).to(torch.promote_types(x.dtype, torch.float32))
+        pad = self.S * self.l - self.T
+        return F.pad(x, (0, 0, 0, 0, 0, pad)) if pad else x
 
     def segments(self, x: Tensor) -> Tensor:
-        """``(B, H, S l, ...)`` -> ``(B, H S, l, ...)`` (a view)."""
-        return x.view(self.B, self.H * self.S, self.l, *x.shape[3:])
+        """``(B, S l, H, ...)`` -> ``(B S, H, l, ...)``, the kernel's ``(N, H, L, D)``."""
+        return x.reshape(self.B * self.S, self.l, *x.shape[2:]).transpose(1, 2)
+
+    def unsegment(self, x: Tensor) -> Tensor:
+        """The kernel's ``(B S, H, l, ...)`` -> ``(B, S l, H, ...)``."""
+        x = x.transpose(1, 2)
+        return x.reshape(self.B, self.S * self.l, *x.shape[2:])
 
     def summaries(self, x: Tensor) -> Tensor:
-        """``(B, H, S l, D)`` -> the summary positions ``(B, H, S c, D)`` (a copy)."""
-        xs = x.view(self.B, self.H, self.S, self.l, -1)
+        """``(B, S l, H, D)`` -> the summary positions ``(B, S c, H, D)`` (a copy)."""
+        xs = x.view(self.B, self.S, self.l, self.H, -1)
         idx = self.summary.to(x.device)  # (1 or H, c)
-        g = (
-            xs[:, :, :, idx[0]]
-            if idx.shape[0] == 1
-            else torch.stack([xs[:, h, :, idx[h]] for h in range(self.H)], 1)
-        )  # (B, H, S, c, D)
-        return g.reshape(self.B, self.H, -1, x.shape[-1])
+        if idx.shape[0] == 1:
+            g = xs[:, :, idx[0]]  # (B, S, c, H, D)
+        else:
+            g = torch.stack([xs[:, :, idx[h], h] for h in range(self.H)], 3)
+        return g.reshape(self.B, -1, self.H, x.shape[-1])
 
     def add_summaries(self, into: Tensor, g: Tensor) -> None:
-        """Add ``(B, H, S c, D)`` gradients at the summary positions of ``into`` ``(B, H, S l, D)``."""
-        xs = into.view(self.B, self.H, self.S, self.l, -1)
+        """Add ``(B, S c, H, D)`` gradients at the summary positions of ``into`` ``(B, S l, H, D)``."""
+        xs = into.view(self.B, self.S, self.l, self.H, -1)
         idx = self.summary.to(into.device)
-        g = g.view(self.B, self.H, self.S, idx.shape[1], -1)
+        g = g.view(self.B, self.S, idx.shape[1], self.H, -1)
         if idx.shape[0] == 1:
-            xs[:, :, :, idx[0]] += g
+            xs[:, :, idx[0]] += g
         else:
             for h in range(self.H):
-                xs[:, h, :, idx[h]] += g[:, h]
+                xs[:, :, idx[h], h] += g[:, :, :, h]
 
     def half(self, x: Tensor, level: tuple[int, int, int], which: int, per_segment: int) -> Tensor:
         """Level ``level``'s query half (``which=1``) or key half (``0``) of each kept rectangle, as
-        a view ``(B, H, M, size * per_segment, ...)`` of ``x`` ``(B, H, S per_segment, ...)``."""
+        a view ``(B, M, size * per_segment, H, ...)`` of ``x`` ``(B, S per_segment, H, ...)``."""
         R, M, size = level
-        rest = x.shape[3:]
-        return x.view(self.B, self.H, R, 2, size * per_segment, *rest)[:, :, :M, which]
+        return x.view(self.B, R, 2, size * per_segment, *x.shape[2:])[:, :M, which]
 
 
-def _flat(x: Tensor) -> Tensor:
-    """``(B, H, M, n, ...)`` -> contiguous ``(B, H M, n, ...)``."""
-    return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+def _kernel(x: Tensor) -> Tensor:
+    """``(B, M, L, H, ...)`` -> the kernel's ``(B M, H, L, ...)`` (a view when ``M`` is all)."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]).transpose(1, 2)
+
+
+def _unkernel(x: Tensor, B: int) -> Tensor:
+    """The kernel's ``(B M, H, L, ...)`` -> ``(B, M, L, H, ...)``."""
+    x = x.transpose(1, 2)
+    return x.reshape(B, x.shape[0] // B, *x.shape[1:])
 
 
 def _merge(out: Tensor, lse: Tensor, part_out: Tensor, part_lse: Tensor) -> None:
-    """Merge a part's softmax ``(part_out, part_lse)`` into ``(out, lse)`` in place (views)."""
+    """Merge a part's softmax ``(part_out, part_lse)`` into ``(out, lse)`` in place (views;
+    ``out`` ``(..., D)``, ``lse`` the same without ``D``)."""
     new = torch.logaddexp(lse, part_lse)
     out.mul_(torch.exp(lse - new)[..., None]).add_(part_out * torch.exp(part_lse - new)[..., None])
     lse.copy_(new)
@@ -180,31 +196,30 @@ class _SegmentAttention(torch.autograd.Function):
         with torch.autocast("cpu", enabled=False):
             B, H, T, D = q.shape
             lay = _Layout(B, H, T, l, summary)
-            qp, kp, vp = (lay.pad(x) for x in (q, k, v))
-            out, lse = _flash(*(lay.segments(x) for x in (qp, kp, vp)), True, scale)
-            out = out.view(B, H, -1, v.shape[-1])  # every query sees itself: lse is finite
-            lse = lse.reshape(B, H, -1)
+            qt, kt, vt = (lay.bthd(x) for x in (q, k, v))  # (B, S l, H, D)
+            out, lse = _flash(*(lay.segments(x) for x in (qt, kt, vt)), True, scale)
+            out = lay.unsegment(out)  # (B, S l, H, D); every query sees itself: lse is finite
+            lse = lay.unsegment(lse)  # (B, S l, H), a copy: merged into below
             if lay.levels:
-                ks, vs = lay.summaries(kp), lay.summaries(vp)
-                c = ks.shape[2] // lay.S
+                ks, vs = lay.summaries(kt), lay.summaries(vt)  # (B, S c, H, D)
+                c = ks.shape[1] // lay.S
                 for level in lay.levels:
                     part_out, part_lse = _flash(
-                        _flat(lay.half(qp, level, 1, l)),
-                        _flat(lay.half(ks, level, 0, c)),
-                        _flat(lay.half(vs, level, 0, c)),
+                        _kernel(lay.half(qt, level, 1, l)),
+                        _kernel(lay.half(ks, level, 0, c)),
+                        _kernel(lay.half(vs, level, 0, c)),
                         False,
                         scale,
                     )
-                    M, n = level[1], level[2] * l
                     _merge(
                         lay.half(out, level, 1, l),
                         lay.half(lse, level, 1, l),
-                        part_out.view(B, H, M, n, -1),
-                        part_lse.view(B, H, M, n),
+                        _unkernel(part_out, B),
+                        _unkernel(part_lse, B),
                     )
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.layout, ctx.scale = lay, scale
-            return out[:, :, :T].to(v.dtype)
+            return out[:, :T].transpose(1, 2).to(v.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -212,41 +227,36 @@ class _SegmentAttention(torch.autograd.Function):
             q, k, v, out, lse = ctx.saved_tensors
             lay, scale, l = ctx.layout, ctx.scale, ctx.layout.l
             B, H, T, _ = q.shape
-            qp, kp, vp, do = (lay.pad(x) for x in (q, k, v, grad_out))
-            do = do.to(out.dtype)
-            dq, dk, dv = _flash_backward(
-                *(lay.segments(x) for x in (do, qp, kp, vp, out)),
-                lay.segments(lse[..., None])[..., 0],
-                True,
-                scale,
-            )
-            dq, dk, dv = (g.reshape(B, H, -1, g.shape[-1]) for g in (dq, dk, dv))
+            qt, kt, vt = (lay.bthd(x) for x in (q, k, v))
+            do = lay.bthd(grad_out).to(out.dtype)
+            dq, dk, dv = (
+                lay.unsegment(g)
+                for g in _flash_backward(
+                    *(lay.segments(x) for x in (do, qt, kt, vt, out, lse)), True, scale
+                )
+            )  # (B, S l, H, D), views of the kernel's gradients
             if lay.levels:
-                ks, vs = lay.summaries(kp), lay.summaries(vp)
-                c = ks.shape[2] // lay.S
+                ks, vs = lay.summaries(kt), lay.summaries(vt)
+                c = ks.shape[1] // lay.S
                 dks, dvs = torch.zeros_like(ks), torch.zeros_like(vs)
                 for level in lay.levels:
-                    M, n = level[1], level[2] * l
                     dq_p, dk_p, dv_p = _flash_backward(
-                        _flat(lay.half(do, level, 1, l)),
-                        _flat(lay.half(qp, level, 1, l)),
-                        _flat(lay.half(ks, level, 0, c)),
-                        _flat(lay.half(vs, level, 0, c)),
-                        _flat(lay.half(out, level, 1, l)),
-                        _flat(lay.half(lse, level, 1, l)),
+                        _kernel(lay.half(do, level, 1, l)),
+                        _kernel(lay.half(qt, level, 1, l)),
+                        _kernel(lay.half(ks, level, 0, c)),
+                        _kernel(lay.half(vs, level, 0, c)),
+                        _kernel(lay.half(out, level, 1, l)),
+                        _kernel(lay.half(lse, level, 1, l)),
                         False,
                         scale,
                     )
-                    lay.half(dq, level, 1, l).add_(dq_p.view(B, H, M, n, -1))
-                    lay.half(dks, level, 0, c).add_(dk_p.view(B, H, M, level[2] * c, -1))
-                    lay.half(dvs, level, 0, c).add_(dv_p.view(B, H, M, level[2] * c, -1))
+                    lay.half(dq, level, 1, l).add_(_unkernel(dq_p, B))
+                    lay.half(dks, level, 0, c).add_(_unkernel(dk_p, B))
+                    lay.half(dvs, level, 0, c).add_(_unkernel(dv_p, B))
                 lay.add_summaries(dk, dks)
                 lay.add_summaries(dv, dvs)
-            return (
-                dq[:, :, :T].to(q.dtype),
-                dk[:, :, :T].to(k.dtype),
-                dv[:, :, :T].to(v.dtype),
-                None,
-                None,
-                None,
-            )
+
+            def back(g: Tensor, like: Tensor) -> Tensor:
+                return g[:, :T].transpose(1, 2).to(like.dtype)
+
+            return back(dq, q), back(dk, k), back(dv, v), None, None, None
