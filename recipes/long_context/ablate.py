@@ -219,12 +219,6 @@ EQUAL_BUDGET: dict[str, Variant] = {
         _RT + "pg19mini_causal.yaml",
     ),
 }  # fmt: skip
-# the same runs under bf16 autocast (Lightning's bf16-mixed: weights and optimizer stay fp32), for
-# CPUs with AMX/AVX512-BF16 matmuls (issue 21: about 2x the tokens/s of fp32 on this project's CPU)
-BF16 = ["--trainer.precision", "bf16-mixed"]
-for _name in ("dense256", "causal_1024x8"):
-    _v = EQUAL_BUDGET[_name]
-    EQUAL_BUDGET[f"{_name}_bf16"] = Variant(f"{_v.what}; bf16-mixed", [*_v.extra, *BF16], _v.recipe)
 SUITES = {"plateau": PLATEAU, "equal_budget": EQUAL_BUDGET}
 
 
