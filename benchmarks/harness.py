@@ -2,9 +2,9 @@
 markdown table and a log-log plot.
 
 A benchmark module defines ``run_one(method, n) -> dict`` and calls :func:`time_and_peak` in it;
-its ``main`` measures every ``(method, n)`` in a subprocess (``python -m <module> --one METHOD N``)
-with :func:`measure`, so one method's memory never inflates another's, then writes the table
-with :func:`write_report`.
+its ``main`` measures every ``(method, n)`` in a subprocess (``python -m benchmarks.<name> --one
+METHOD N``, with the repository root on its ``PYTHONPATH``) with :func:`measure`, so one method's
+memory never inflates another's, then writes the table with :func:`write_report`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["growth", "machine", "measure", "parser", "time_and_peak", "write_report"]
+
+REPO = Path(__file__).resolve().parents[1]  # where ``benchmarks`` imports from
 
 
 def parser(doc: str, methods: Sequence[str]) -> argparse.ArgumentParser:
@@ -54,13 +56,18 @@ def measure(
     module: str, method: str, n: int, timeout: float, env: dict[str, str] | None = None
 ) -> dict:
     """``python -m module --one method n`` in a fresh process: its last stdout line (JSON), or a
-    row with an ``error`` (timeout, crash, out of memory)."""
+    row with an ``error`` (timeout, crash, out of memory).
+
+    ``module`` is ``benchmarks.<name>``: the repository root goes first on the subprocess's
+    ``PYTHONPATH``, ahead of the one ``env`` (or else this process) gives, so it imports from any
+    working directory."""
     cmd = [sys.executable, "-m", module, "--one", method, str(n)]
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     try:
         out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, check=True,
-            env={**os.environ, **(env or {})},
-        )  # fmt: skip
+            cmd, capture_output=True, text=True, timeout=timeout, check=True, env=env
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
         return {"method": method, "n": n, "error": f"over {timeout:.0f} s"}

@@ -1,7 +1,9 @@
 """Benchmark of the kernel layer: our Triton kernels against FlexAttention, dense SDPA and `_ref`.
 
-    python -m zoo.kernels.bench                        # all sizes; GPU: n = 1k ... 32k
-    python -m zoo.kernels.bench --sizes 1024 4096 --head-dims 64 --methods triton flex
+    python -m benchmarks.kernels                       # all sizes; GPU: n = 1k ... 32k
+    python -m benchmarks.kernels --sizes 1024 4096 --head-dims 64 --methods triton flex
+
+(from the repository root; the benchmark is not part of the wheel)
 
 Block-sparse attention, bf16 (fp32 on a CPU), on two layouts of the catalogue with blocks of
 ``--block`` (64):
@@ -209,7 +211,7 @@ def environment() -> dict:
     """Device, software versions and the command, for the table's header."""
     env = {
         "date": datetime.date.today().isoformat(),
-        "command": "python -m zoo.kernels.bench " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.kernels " + " ".join(sys.argv[1:]),
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
@@ -252,7 +254,7 @@ def report(rows: list[dict], env: dict) -> str:
     lines += [
         "",
         "Milliseconds and TFLOP/s on the computed entries; density = computed entries / n^2 (see",
-        "`python -m zoo.kernels.bench --help`). The last column is FlexAttention's time over ours.",
+        "`python -m benchmarks.kernels --help`). The last column is FlexAttention's time over ours.",
         "",
         "| op | layout | n | d | pass | density | "
         + " | ".join(f"{m} ms | {m} TFLOP/s" for m in methods)

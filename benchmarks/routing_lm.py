@@ -1,8 +1,10 @@
 """Benchmark: one training step (forward + loss + backward) of a routing LM, ours vs the PyPI
 ``routing-transformer`` package, on this machine's CPU.
 
-    python -m zoo.kernels.bench_routing_lm                                    # ours only
-    python -m zoo.kernels.bench_routing_lm --baseline-path .bench-pkgs        # and the package
+    python -m benchmarks.routing_lm                                    # ours only
+    python -m benchmarks.routing_lm --baseline-path .bench-pkgs        # and the package
+
+(from the repository root; the benchmark is not part of the wheel)
 
 The package is never a dependency of the zoo. Install it (with the versions of its dependencies
 that still import together; newer ``local-attention`` releases need extra packages) into a folder
@@ -33,8 +35,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from zoo.kernels import benchtools
-from zoo.kernels.benchtools import machine, measure, time_and_peak, write_report
+
+from benchmarks import harness
+from benchmarks.harness import machine, measure, time_and_peak, write_report
 
 METHODS = ("ours_topw", "ours_causal", "routing_transformer")
 D_MODEL, LAYERS, HEADS, LOCAL_HEADS, WINDOW, CLUSTER_SIZE = 256, 4, 8, 4, 128, 128
@@ -90,7 +93,7 @@ def report(rows: list[dict], out: Path) -> str:
     header = [
         "# Routing Transformer LM, one training step (forward + loss + backward), CPU",
         "",
-        f"`python -m zoo.kernels.bench_routing_lm` on {machine()}; d_model {D_MODEL}, {LAYERS} "
+        f"`python -m benchmarks.routing_lm` on {machine()}; d_model {D_MODEL}, {LAYERS} "
         f"layers, {HEADS} heads ({LOCAL_HEADS} local, window {WINDOW}), clusters of "
         f"{CLUSTER_SIZE} tokens, batch 1, fp32. Time: median of 3 steps (ms). Memory: peak RSS "
         "growth (MiB). Parameters: "
@@ -101,7 +104,7 @@ def report(rows: list[dict], out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = benchtools.parser(__doc__, METHODS)
+    parser = harness.parser(__doc__, METHODS)
     parser.add_argument("--baseline-path", type=Path, help="folder holding routing-transformer")
     ns = parser.parse_args(argv)
     if ns.one:
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         print("no --baseline-path: measuring ours only")
     env = {"PYTHONPATH": str(ns.baseline_path.resolve())} if ns.baseline_path else None
     jobs = [(m, n) for n in ns.sizes for m in methods]
-    module = "zoo.kernels.bench_routing_lm"
+    module = "benchmarks.routing_lm"
     rows = [
         measure(module, m, n, ns.timeout, env if m == "routing_transformer" else None)
         for m, n in track(jobs, description="measuring")

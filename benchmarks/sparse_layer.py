@@ -1,7 +1,9 @@
 """Benchmark: one attention layer, forward + backward, dense vs sparse, on this machine's CPU.
 
-    python -m zoo.kernels.bench_sparse_layer            # n = 1k ... 16k, writes docs/bench/
-    python -m zoo.kernels.bench_sparse_layer --sizes 1024 2048 --out /tmp/bench
+    python -m benchmarks.sparse_layer            # n = 1k ... 16k, writes docs/bench/
+    python -m benchmarks.sparse_layer --sizes 1024 2048 --out /tmp/bench
+
+(from the repository root; the benchmark is not part of the wheel)
 
 Methods (q, k, v of shape (1, H, n, 64), fp32, H = 2; the gradient of a fixed random projection of
 the output is propagated back to q, k, v):
@@ -30,8 +32,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from zoo.kernels import benchtools
-from zoo.kernels.benchtools import machine, measure, time_and_peak, write_report
+
+from benchmarks import harness
+from benchmarks.harness import machine, measure, time_and_peak, write_report
 
 METHODS = ("sdpa_causal", "dense_masked", "ours_fixed", "ours_strided")
 H, D = 2, 64
@@ -104,7 +107,7 @@ def report(rows: list[dict], out: Path) -> str:
     header = [
         "# One attention layer, forward + backward, CPU",
         "",
-        f"`python -m zoo.kernels.bench_sparse_layer` on {machine()}; batch 1, {H} heads,"
+        f"`python -m benchmarks.sparse_layer` on {machine()}; batch 1, {H} heads,"
         f" head dim {D}, fp32. Time: median of 3 (ms). Memory: peak RSS growth (MiB).",
     ]
     metrics = [("ms", "ms", "fwd+bwd time (ms)"), ("peak_mib", "MiB", "peak MiB")]
@@ -119,7 +122,7 @@ def report(rows: list[dict], out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = benchtools.parser(__doc__, METHODS)
+    parser = harness.parser(__doc__, METHODS)
     ns = parser.parse_args(argv)
     if ns.one:
         print(json.dumps(run_one(ns.one[0], int(ns.one[1]))))
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
 
     jobs = [(m, n) for n in ns.sizes for m in ns.methods]
     rows = [
-        measure("zoo.kernels.bench_sparse_layer", m, n, ns.timeout)
+        measure("benchmarks.sparse_layer", m, n, ns.timeout)
         for m, n in track(jobs, description="measuring")
     ]
     print(report(rows, ns.out))

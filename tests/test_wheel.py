@@ -64,6 +64,8 @@ def test_the_wheel_holds_the_registry_and_the_recipes_but_no_weights(wheel):
         "zoo/" + str(p.relative_to(REPO)) for p in (REPO / "recipes").glob("*/*.yaml")
     }
     assert not [n for n in names if n.endswith((".safetensors", ".ckpt"))]
+    # the benchmarks stay in the clone's benchmarks/ (python -m benchmarks.<name>)
+    assert not [n for n in names if n.startswith(("benchmarks/", "zoo/kernels/bench"))]
     assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]  # Apache-2.0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -84,7 +85,10 @@ def measure(preset: str, config: dict, path: str, batch: int, length: int, steps
 
 def report(rows: list[dict], command: str) -> str:
     """The markdown table, headed by the device and versions of the kernel benchmark's header."""
-    from zoo.kernels.bench import environment
+    root = str(Path(__file__).resolve().parents[2])  # the clone: benchmarks/ is not installed
+    if root not in sys.path:
+        sys.path.append(root)
+    from benchmarks.kernels import environment
 
     env = {**environment(), "command": command}
     lines = [f"# Training throughput: {env.pop('device')}", ""]
@@ -129,6 +133,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

@@ -3,7 +3,8 @@
 import math
 
 import pytest
-from zoo.kernels import bench_sparse_layer as bench
+
+from benchmarks import sparse_layer as bench
 
 
 @pytest.mark.parametrize("method", bench.METHODS)
