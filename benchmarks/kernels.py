@@ -1,4 +1,4 @@
-"""Benchmark of the kernel layer: our Triton kernels against FlexAttention, dense SDPA and `_ref`.
+"""Benchmark of the kernel layer: our Triton kernels against FlexAttention, dense SDPA and `_torch`.
 
     python -m benchmarks.kernels                       # all sizes; GPU: n = 1k ... 32k
     python -m benchmarks.kernels --sizes 1024 4096 --head-dims 64 --methods triton flex
@@ -20,13 +20,15 @@ Methods:
   backward pass;
 - ``sdpa``: ``scaled_dot_product_attention(is_causal=True)`` on the whole sequence. On CUDA this
   is the FlashAttention backend; it computes the dense causal triangle whatever the layout;
-- ``ref``: :func:`zoo.kernels.block_sparse_attention_ref`.
+- ``torch``: :func:`zoo.kernels.block_sparse_attention_torch`, the PyTorch path (what a CPU
+  runs for a layout without a structured route; the fixed pattern's CPU route is
+  :func:`zoo.kernels.segment_attention`, measured by ``python -m benchmarks.sparse_layer``).
 
 Routing attention, shared causal clusters of ``w = 512`` random sorted positions,
 ``k = n / w``:
 
 - ``triton``: :mod:`zoo.kernels.triton_routing`;
-- ``ref``: :func:`zoo.kernels.routing_attention_ref`;
+- ``torch``: :func:`zoo.kernels.routing_attention_torch`;
 - ``sdpa``: dense causal SDPA over ``(B, H k, w, D)``, the same score entries without the
   gather and scatter.
 
@@ -55,11 +57,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from zoo.kernels import BlockSparsePlan, block_sparse_attention_ref, routing_attention_ref
+from zoo.kernels import BlockSparsePlan, block_sparse_attention_torch, routing_attention_torch
 
 from zoo.attention.patterns import AttentionPattern, causal, fixed
 
-METHODS = ("triton", "flex", "sdpa", "ref")
+METHODS = ("triton", "flex", "sdpa", "torch")
 LAYOUTS = ("causal", "fixed")
 CLUSTER = 512  # routing: tokens per cluster
 
@@ -101,8 +103,8 @@ def _op_block_sparse(method: str, q, k, v, pat: AttentionPattern, block: int, cu
     ).to(q.device)
     if method == "sdpa":
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), n * n / 2
-    if method == "ref":
-        return (lambda: block_sparse_attention_ref(q, k, v, plan)), _listed(plan, H) * block**2
+    if method == "torch":
+        return (lambda: block_sparse_attention_torch(q, k, v, plan)), _listed(plan, H) * block**2
     if method == "triton":
         if not cuda:
             return "needs CUDA"
@@ -149,8 +151,8 @@ def _op_routing(method: str, q, k, v, cuda: bool):
     if method == "sdpa":
         qc, kc, vc = (x[:, :, : n_clusters * w].reshape(B, H * n_clusters, w, D) for x in (q, k, v))
         return (lambda: F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)), entries
-    if method == "ref":
-        return (lambda: routing_attention_ref(q, q, v, q_idx)), entries
+    if method == "torch":
+        return (lambda: routing_attention_torch(q, q, v, q_idx)), entries
     if method == "triton":
         if not cuda:
             return "needs CUDA"

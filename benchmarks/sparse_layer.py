@@ -11,11 +11,18 @@ the output is propagated back to q, k, v):
 - ``sdpa_causal``: dense causal ``scaled_dot_product_attention`` (PyTorch's fused CPU kernel);
 - ``dense_masked``: dense attention under the fixed pattern's ``(n, n)`` element mask, as the
   oracle computes it (scores, mask, softmax, all ``n x n``);
-- ``ours_fixed``: ``zoo.kernels.block_sparse_attention`` (the reference path) on the fixed pattern,
-  stride ``l = 2^ceil(log2(n)/2 + 1)`` (about ``2 sqrt(n)``), ``c = 32``, blocks of 32, merged heads
-  with distinct summaries;
-- ``ours_strided``: the Sparse Transformer's strided layer (one head on ``A1`` through the block
-  op, one on ``A2`` through the transposed-sequence route), ``l = 2^ceil(log2(n)/2)``.
+- ``ours_fixed``: the attention engine (``zoo.attention.functional.attend``) on the fixed pattern,
+  stride ``l = 2^ceil(log2(n)/2 + 1)`` (about ``2 sqrt(n)``), ``c = 32``, merged heads with
+  distinct summaries: on a CPU, the segment route (``zoo.kernels.segment_attention``);
+- ``blocks_fixed``: the same pattern through the generic block-sparse PyTorch path
+  (``zoo.kernels.block_sparse_attention_torch``, blocks of 32), the route before 2026-11-24;
+- ``ours_strided``: the Sparse Transformer's strided layer through the engine, one head on ``A1``
+  (the local route on a CPU) and one on ``A2`` (the transposed-sequence route),
+  ``l = 2^ceil(log2(n)/2)``.
+
+Efficiency (the kernel-layer issue's measure) is ``ours_fixed``'s speed-up over ``sdpa_causal``
+divided by the ratio of score entries, ``(n^2 / 2) / entries of the fixed pattern``: 1 means as
+fast per computed entry as PyTorch's fused dense kernel.
 
 Each (method, n) runs in a fresh subprocess: time is the median of 3 forward+backward passes after
 a warm-up; peak memory is the growth of the process's peak resident set over the inputs
@@ -36,7 +43,7 @@ import torch.nn.functional as F
 from benchmarks import harness
 from benchmarks.harness import machine, measure, time_and_peak, write_report
 
-METHODS = ("sdpa_causal", "dense_masked", "ours_fixed", "ours_strided")
+METHODS = ("sdpa_causal", "dense_masked", "ours_fixed", "blocks_fixed", "ours_strided")
 H, D = 2, 64
 
 
@@ -47,11 +54,22 @@ def fixed_pattern(n: int):
     return fixed(l, 32, distinct_summaries=True), l
 
 
+def fixed_entries(n: int) -> int:
+    """Score entries the fixed pattern allows over ``H`` heads, counted a block of rows at a time."""
+    pattern, _ = fixed_pattern(n)
+    heads = torch.arange(H).view(H, 1, 1)
+    keys = torch.arange(n).view(1, 1, n)
+    return sum(
+        int(pattern.mask_mod(heads, torch.arange(r, min(n, r + 512)).view(1, -1, 1), keys).sum())
+        for r in range(0, n, 512)
+    )
+
+
 def run_one(method: str, n: int) -> dict:
     """Measure one (method, n) in this process."""
-    from zoo.kernels import BlockSparsePlan, block_sparse_attention
+    from zoo.kernels import BlockSparsePlan, block_sparse_attention_torch
 
-    from zoo.attention.functional import column_attention
+    from zoo.attention.functional import attend as engine
     from zoo.attention.patterns import strided
 
     torch.manual_seed(0)
@@ -74,22 +92,28 @@ def run_one(method: str, n: int) -> dict:
 
     elif method == "ours_fixed":
         pattern, l = fixed_pattern(n)
+        extra = {"stride": l, "entries": fixed_entries(n)}
+
+        def attend():
+            return engine(q, k, v, pattern)
+
+    elif method == "blocks_fixed":
+        pattern, l = fixed_pattern(n)
         layout = pattern.layout(n, 32, H)
         plan = BlockSparsePlan(layout, 32, n, mask_mod=pattern.mask_mod)
         extra = {"stride": l, "blocks": f"{layout.float().mean().item():.3f}"}
 
         def attend():
-            return block_sparse_attention(q, k, v, plan)
+            return block_sparse_attention_torch(q, k, v, plan)
 
-    else:  # ours_strided: head 0 on A1 (blocks), head 1 on A2 (columns)
+    else:  # ours_strided: head 0 on A1, head 1 on A2, through the engine
         l = 2 ** math.ceil(math.log2(n) / 2)
-        a1 = strided(l, component=1)
-        plan = BlockSparsePlan(a1.layout(n, 32), 32, n, mask_mod=a1.mask_mod)
+        a1, a2 = strided(l, component=1), strided(l, component=2)
         extra = {"stride": l}
 
         def attend():
-            y1 = block_sparse_attention(q[:, :1], k[:, :1], v[:, :1], plan)
-            y2 = column_attention(q[:, 1:], k[:, 1:], v[:, 1:], l)
+            y1 = engine(q[:, :1], k[:, :1], v[:, :1], a1)
+            y2 = engine(q[:, 1:], k[:, 1:], v[:, 1:], a2)
             return torch.cat([y1, y2], 1)
 
     def step() -> float:
@@ -116,9 +140,30 @@ def report(rows: list[dict], out: Path) -> str:
     note = "Fixed-pattern strides: " + ", ".join(
         f"n={n}: l={s}" for n, s in sorted(strides.items())
     )
-    text += "\n" + note + "\n"
+    text += "\n" + note + "\n" + efficiency(rows)
     (out / "sparse_layer_cpu.md").write_text(text)
     return text
+
+
+def efficiency(rows: list[dict]) -> str:
+    """The fixed pattern against dense causal SDPA, per n: entry ratio, speed-up, efficiency."""
+    sdpa = {r["n"]: r["ms"] for r in rows if r["method"] == "sdpa_causal" and "ms" in r}
+    ours = [r for r in rows if r["method"] == "ours_fixed" and "ms" in r and r["n"] in sdpa]
+    if not ours:
+        return ""
+    lines = [
+        "",
+        "| n | entries (fixed) | entry ratio vs causal | speed-up over sdpa_causal | efficiency |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sorted(ours, key=lambda r: r["n"]):
+        n = r["n"]
+        ratio = H * n * (n + 1) / 2 / r["entries"]
+        speedup = sdpa[n] / r["ms"]
+        lines.append(
+            f"| {n:,} | {r['entries']:,} | {ratio:.2f} | {speedup:.2f} | {speedup / ratio:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,8 @@
 """zoo.kernels: the kernel layer (block-sparse and routing attention).
 
-Each op has an ``op_ref`` in pure PyTorch (the executable spec, which runs anywhere) and a Triton
-kernel (``triton_block_sparse``, ``triton_routing``). Models call only the dispatching ops,
+Each op has three implementations: ``op_ref``, the executable spec (dense fp64, for tests and
+small inputs); ``op_torch``, the PyTorch implementation that runs anywhere; and a Triton kernel
+(``triton_block_sparse``, ``triton_routing``). Models call only the dispatching ops,
 :func:`block_sparse_attention` and :func:`routing_attention`. Which path CUDA tensors take is
 :func:`backend`'s choice, set by the environment variable ``ZOO_ATTENTION_BACKEND``:
 
@@ -10,14 +11,16 @@ kernel (``triton_block_sparse``, ``triton_routing``). Models call only the dispa
   (``pip install attention-zoo[triton]``); the PyTorch path, with a one-time warning, on any
   other GPU;
 - ``triton``: the Triton kernels on every GPU (opt in on an unverified one);
-- ``torch``: the PyTorch path everywhere.
+- ``torch``: the PyTorch path (``op_torch``) everywhere.
 
 CPU tensors always take the PyTorch path. A CUDA input the kernel does not take (say a block size
-of 8) falls back to the reference with a warning. This package imports on machines without Triton
+of 8) falls back to the PyTorch path with a warning. This package imports on machines without Triton
 or a GPU, because the Triton modules are imported only on the first CUDA call.
 
-Modules: ``block_sparse`` / ``routing`` (references and the plan), ``triton_flash`` (shared tile
-steps), ``triton_block_sparse`` / ``triton_routing`` (kernels), ``bench`` (the kernel benchmark).
+Modules: ``block_sparse`` / ``routing`` (spec, PyTorch implementation, the plan), ``segment``
+(the fixed pattern on a CPU), ``sdpa`` (short problems in the CPU's fastest precision),
+``triton_flash`` (shared tile steps), ``triton_block_sparse`` / ``triton_routing`` (kernels). The
+benchmarks live outside the package, in the repository's ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from zoo.kernels.block_sparse import (
     BlockSparsePlan,
     MaskMod,
     block_sparse_attention_ref,
+    block_sparse_attention_torch,
     expand_layout,
+    masked_attention_ref,
     plan_for,
 )
-from zoo.kernels.routing import routing_attention_ref
+from zoo.kernels.routing import routing_attention_ref, routing_attention_torch
 from zoo.kernels.sdpa import sdpa
 from zoo.kernels.segment import segment_attention
 
@@ -45,9 +50,12 @@ __all__ = [
     "backend",
     "block_sparse_attention",
     "block_sparse_attention_ref",
+    "block_sparse_attention_torch",
     "expand_layout",
     "routing_attention",
+    "masked_attention_ref",
     "routing_attention_ref",
+    "routing_attention_torch",
     "sdpa",
     "segment_attention",
 ]
@@ -64,7 +72,7 @@ def block_sparse_attention(
     mask_mod: MaskMod | None = None,
     scale: float | None = None,
 ) -> Tensor:
-    """Attention over the non-zero blocks of ``layout``; see :func:`block_sparse_attention_ref`
+    """Attention over the non-zero blocks of ``layout``; see :func:`block_sparse_attention_torch`
     for the arguments and errors.
 
     ``q, k, v``: ``(B, H, T, D)``; ``layout``: bool ``(nb, nb)`` or ``(H, nb, nb)``,
@@ -82,7 +90,7 @@ def block_sparse_attention(
             tables = plan.kernel_tables(q.shape[1])
             return kernel.block_sparse_attention_triton(q, k, v, tables, plan.b, scale)
         _fallback("block_sparse_attention", reason)
-    return block_sparse_attention_ref(q, k, v, plan, scale=scale)
+    return block_sparse_attention_torch(q, k, v, plan, scale=scale)
 
 
 def routing_attention(
@@ -96,7 +104,7 @@ def routing_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Attention within clusters of gathered tokens, outputs averaged back; see
-    :func:`routing_attention_ref`.
+    :func:`routing_attention_torch`.
 
     ``q, k, v``: ``(B, H, T, D)``; ``q_idx`` (and ``k_idx``, ``None`` = shared): ``(B, H, k, w)``
     sorted positions. Returns ``(B, H, T, D)``. On CUDA with Triton the kernel of
@@ -111,7 +119,7 @@ def routing_attention(
                 q, k, v, q_idx, k_idx, causal=causal, scale=scale
             )
         _fallback("routing_attention", reason)
-    return routing_attention_ref(q, k, v, q_idx, k_idx, causal=causal, scale=scale)
+    return routing_attention_torch(q, k, v, q_idx, k_idx, causal=causal, scale=scale)
 
 
 BACKENDS = ("auto", "triton", "torch")
@@ -181,6 +189,6 @@ def _capability(device) -> tuple[int, int]:
 def _fallback(op: str, reason: str) -> None:
     warnings.warn(
         f"{op}: the Triton kernel cannot run this call ({reason}); running the PyTorch "
-        "reference instead",
+        "path instead",
         stacklevel=3,
     )

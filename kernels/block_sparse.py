@@ -1,6 +1,11 @@
-"""Block-sparse attention, pure-PyTorch reference: computes only the blocks a layout turns on.
+"""Block-sparse attention in PyTorch: the executable spec and the implementation that runs off CUDA.
 
-``block_sparse_attention_ref(q, k, v, layout, block_size)`` equals dense attention masked by the
+- :func:`block_sparse_attention_ref`, the spec: dense fp64 attention under the layout's element
+  mask (:func:`masked_attention_ref`), ``O(T^2)`` memory, for tests and small inputs;
+- :func:`block_sparse_attention_torch`, the PyTorch implementation: computes only the blocks the
+  layout turns on. The dispatching op runs it on CPUs and wherever the Triton kernel does not.
+
+``block_sparse_attention_torch(q, k, v, layout, block_size)`` equals dense attention masked by the
 layout expanded to elements (``layout[i // b, j // b]``), intersected with ``j <= i`` when ``causal``
 and with an optional element predicate ``mask_mod(head, q_idx, kv_idx)`` evaluated inside the
 computed blocks (so a pattern from :mod:`zoo.attention.patterns` is reproduced exactly, not up to
@@ -35,7 +40,9 @@ __all__ = [
     "BlockSparsePlan",
     "KernelTables",
     "block_sparse_attention_ref",
+    "block_sparse_attention_torch",
     "expand_layout",
+    "masked_attention_ref",
     "plan_for",
 ]
 
@@ -49,7 +56,49 @@ def expand_layout(layout: Tensor, block_size: int, n: int) -> Tensor:
     return out[..., :n, :n]
 
 
+def masked_attention_ref(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None = None):
+    """The oracle: ``softmax(q k^T * scale, -inf where not mask) v``, computed and returned in fp64.
+
+    ``q, k``: ``(..., Lq, D)`` / ``(..., Lk, D)``; ``v``: ``(..., Lk, Dv)``; ``mask``: bool,
+    broadcastable to ``(..., Lq, Lk)``. A query with no allowed key gets zeros. Materialises every
+    score: tests and small inputs only.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    p = torch.softmax(s.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    return p @ v.double()
+
+
 def block_sparse_attention_ref(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: Tensor | BlockSparsePlan,
+    block_size: int | None = None,
+    *,
+    causal: bool = True,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """The executable spec of :func:`block_sparse_attention_torch` and the Triton kernel: dense
+    attention under the element mask ``layout[i // b, j // b]`` (and ``j <= i`` when ``causal``,
+    and ``mask_mod``), in fp64 (:func:`masked_attention_ref`). Same arguments and errors as
+    :func:`block_sparse_attention_torch`; returns ``(B, H, T, D)`` float64."""
+    plan = plan_for(q, k, v, layout, block_size, causal=causal, mask_mod=mask_mod)
+    B, H, T, D = q.shape
+    dev = q.device
+    lay = plan.layout.to(dev)
+    mask = expand_layout(lay if lay.dim() == 3 else lay[None], plan.b, T)  # (Hl, T, T)
+    pos = torch.arange(T, device=dev)
+    if plan.causal:
+        mask = mask & (pos[None, :] <= pos[:, None])
+    if plan.mask_mod is not None:
+        heads = torch.arange(H, device=dev).view(H, 1, 1)
+        mask = mask & plan.mask_mod(heads, pos.view(1, T, 1), pos.view(1, 1, T))
+    return masked_attention_ref(q, k, v, mask, scale)
+
+
+def block_sparse_attention_torch(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -96,7 +145,7 @@ def plan_for(
     mask_mod: MaskMod | None,
 ) -> BlockSparsePlan:
     """The checked :class:`BlockSparsePlan` for these inputs, on ``q``'s device (the argument
-    rules of :func:`block_sparse_attention_ref`; raises its ``ValueError``)."""
+    rules of :func:`block_sparse_attention_torch`; raises its ``ValueError``)."""
     B, H, T, D = q.shape
     if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise ValueError(f"q, k, v must share (B, H, T): got {q.shape}, {k.shape}, {v.shape}")
@@ -114,7 +163,7 @@ def plan_for(
 
 
 class BlockSparsePlan:
-    """A layout prepared for :func:`block_sparse_attention_ref`: per row of query blocks, the list
+    """A layout prepared for :func:`block_sparse_attention_torch`: per row of query blocks, the list
     of its key blocks, and (built on first use, then kept) the element mask of each chunk.
 
     Build it once per layout and sequence length and pass it instead of the layout tensor to skip

@@ -1,4 +1,6 @@
-"""Routing attention, pure-PyTorch reference: attention inside clusters of gathered tokens.
+"""Routing attention in PyTorch: attention inside clusters of gathered tokens. The executable spec
+(:func:`routing_attention_ref`, one cluster at a time in fp64) and the implementation that runs off
+CUDA (:func:`routing_attention_torch`).
 
 The clustered half of the Routing Transformer (Roy et al. 2020, Algorithm 1, lines 19-27): every
 ``(batch, head, cluster)`` holds ``w`` token indices sorted by position; the cluster's queries attend
@@ -9,7 +11,7 @@ the mean of its outputs, one routed to none receives zeros.
 How the clusters are chosen (top-``w`` per centroid, random, ...) is the caller's business
 (:mod:`zoo.attention.routing`); this op is the part the Triton kernel replaces. With shared
 query/key indices, sorted, the causal mask on original positions is the lower triangle of each
-cluster, so the reference hands the ``(B * H * k)`` little causal problems to
+cluster, so :func:`routing_attention_torch` hands the ``(B * H * k)`` little causal problems to
 ``scaled_dot_product_attention`` (fused, never materialises more than one cluster's scores; fp32
 on a CPU, see :mod:`zoo.kernels.sdpa`).
 
@@ -22,7 +24,13 @@ import torch
 from torch import Tensor
 from zoo.kernels.sdpa import sdpa
 
-__all__ = ["gather_clusters", "routing_attention_ref", "scatter_mean", "scatter_sum"]
+__all__ = [
+    "gather_clusters",
+    "routing_attention_ref",
+    "routing_attention_torch",
+    "scatter_mean",
+    "scatter_sum",
+]
 
 
 def gather_clusters(x: Tensor, idx: Tensor) -> Tensor:
@@ -56,6 +64,38 @@ def _flat_positions(idx: Tensor, T: int) -> Tensor:
 
 
 def routing_attention_ref(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_idx: Tensor,
+    k_idx: Tensor | None = None,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+) -> Tensor:
+    """The executable spec of :func:`routing_attention_torch` and the Triton kernel, one cluster
+    at a time in fp64: the cluster's queries attend to its keys (masked by original positions
+    when ``causal``), and each position gets the mean over the clusters it is a query of (zeros
+    for none). Same arguments as :func:`routing_attention_torch`; returns ``(B, H, T, Dv)``
+    float64. Python loops: tests and small inputs only."""
+    B, H, T, D = q.shape
+    k_idx = q_idx if k_idx is None else k_idx
+    scale = D**-0.5 if scale is None else scale
+    out = torch.zeros(B, H, T, v.shape[-1], dtype=torch.float64, device=q.device)
+    count = torch.zeros(B, H, T, 1, dtype=torch.float64, device=q.device)
+    for b in range(B):
+        for h in range(H):
+            for c in range(q_idx.shape[2]):
+                qi, ki = q_idx[b, h, c], k_idx[b, h, c]
+                s = (q[b, h, qi].double() @ k[b, h, ki].double().T) * scale
+                if causal:
+                    s = s.masked_fill(qi[:, None] < ki[None, :], float("-inf"))
+                out[b, h, qi] += torch.softmax(s, -1).nan_to_num(0.0) @ v[b, h, ki].double()
+                count[b, h, qi] += 1
+    return out / count.clamp(min=1)
+
+
+def routing_attention_torch(
     q: Tensor,
     k: Tensor,
     v: Tensor,

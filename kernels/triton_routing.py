@@ -206,7 +206,7 @@ def routing_attention_triton(
     block: int = 64,
 ) -> Tensor:
     """Routing attention, with the same contract as
-    :func:`zoo.kernels.routing.routing_attention_ref`. Returns ``(B, H, T, D)`` in ``q``'s
+    :func:`zoo.kernels.routing.routing_attention_torch`. Returns ``(B, H, T, D)`` in ``q``'s
     dtype.
 
     ``block`` is the tile edge (a power of two, 16 or more on a GPU). The caller checks

@@ -10,7 +10,7 @@ from benchmarks import kernels as bench
 
 def test_cpu_run_writes_a_table_with_the_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU table, on any machine
-    bench.main(["--sizes", "256", "--head-dims", "64", "--methods", "triton", "sdpa", "ref",
+    bench.main(["--sizes", "256", "--head-dims", "64", "--methods", "triton", "sdpa", "torch",
                 "--out", str(tmp_path)])  # fmt: skip
     data = json.loads((tmp_path / "kernels_cpu.json").read_text())
     env, rows = data["environment"], data["rows"]
@@ -23,7 +23,7 @@ def test_cpu_run_writes_a_table_with_the_environment(tmp_path, monkeypatch):
             assert r["error"] == "needs CUDA"
         else:
             assert r["ms"] > 0 and r["tflops"] > 0, r
-    density = {r["layout"]: r["density"] for r in rows if r["method"] == "ref" and "density" in r}
+    density = {r["layout"]: r["density"] for r in rows if r["method"] == "torch" and "density" in r}
     # causal at 256 with blocks of 64: 10 of the 16 blocks (the triangle with its diagonal)
     assert density["causal"] == pytest.approx(10 / 16)
     assert density["fixed"] == pytest.approx(10 / 16)  # n < stride: the same triangle

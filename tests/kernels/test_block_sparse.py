@@ -1,23 +1,21 @@
-"""block_sparse_attention (reference path) against dense attention masked by the same pattern."""
+"""block_sparse_attention (the PyTorch path on a CPU) against the spec: dense attention masked by the
+same pattern (zoo.kernels.masked_attention_ref, fp64)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from zoo.kernels import BlockSparsePlan, block_sparse_attention, expand_layout
+from zoo.kernels import (
+    BlockSparsePlan,
+    block_sparse_attention,
+    block_sparse_attention_ref,
+    expand_layout,
+    masked_attention_ref,
+)
 
 from zoo.attention.patterns import fixed, local, strided
 
 # per-dtype tolerances (outputs, gradients): inputs are rounded, math runs in fp32
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}
-
-
-def dense_oracle(q, k, v, mask):
-    """Dense attention masked by an element mask ``(n, n)`` / ``(H, n, n)``, in fp64; a row with
-    no allowed key gives zeros."""
-    s = (q.double() @ k.double().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    s = s.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return p @ v.double()
 
 
 def inputs(B, H, T, D, dtype, seed=0):
@@ -29,7 +27,7 @@ def inputs(B, H, T, D, dtype, seed=0):
 
 
 def check(q, k, v, got, mask):
-    want = dense_oracle(q, k, v, mask)
+    want = masked_attention_ref(q, k, v, mask)
     tol = TOL[q.dtype]
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
     grad = torch.randn_like(want)
@@ -157,5 +155,23 @@ def test_sdpa_agrees_with_the_oracle():
     q, k, v = inputs(1, 2, 20, 8, torch.float64)
     mask = fixed(4, 1).mask(20)
     torch.testing.assert_close(
-        dense_oracle(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        masked_attention_ref(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     )
+
+
+def test_the_spec_from_a_layout_is_the_patterns_element_mask():
+    """block_sparse_attention_ref (layout + causal + mask_mod, expanded) equals the oracle on the
+    pattern's own element mask, per-head summaries included."""
+    pattern, T, block, H = fixed(8, 2, distinct_summaries=True), 37, 4, 3
+    q, k, v = inputs(2, H, T, 4, torch.float64)
+    spec = block_sparse_attention_ref(
+        q, k, v, pattern.layout(T, block, H), block, mask_mod=pattern.mask_mod
+    )
+    assert spec.dtype == torch.float64
+    torch.testing.assert_close(spec, masked_attention_ref(q, k, v, pattern.mask(T, H)))
+    # and a layout block turned off removes exactly its keys
+    layout = pattern.layout(T, block, H)
+    layout[:, -1, 0] = False
+    cut = block_sparse_attention_ref(q, k, v, layout, block, mask_mod=pattern.mask_mod)
+    assert not torch.allclose(cut[:, :, -block:], spec[:, :, -block:])
+    torch.testing.assert_close(cut[:, :, :-block], spec[:, :, :-block])

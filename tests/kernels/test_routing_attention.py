@@ -1,8 +1,9 @@
-"""routing_attention (reference path) against dense attention under the cluster mask."""
+"""routing_attention (the PyTorch path on a CPU) against the spec, zoo.kernels.routing_attention_ref
+(per cluster, fp64)."""
 
 import pytest
 import torch
-from zoo.kernels import routing_attention
+from zoo.kernels import routing_attention, routing_attention_ref
 from zoo.kernels.routing import gather_clusters, scatter_mean
 
 
@@ -10,25 +11,6 @@ def random_clusters(B, H, n_clusters, w, T, generator):
     """Sorted, distinct positions per cluster; some positions in several clusters, some in none."""
     scores = torch.rand(B, H, n_clusters, T, generator=generator)
     return scores.topk(w, -1).indices.sort(-1).values
-
-
-def oracle(q, k, v, q_idx, k_idx, causal=True):
-    """Per cluster, dense fp64 attention of its queries over its keys (original-position causal
-    mask), then the mean over the clusters each position is a query of; zeros for none."""
-    B, H, T, D = q.shape
-    out = torch.zeros(B, H, T, D, dtype=torch.float64)
-    count = torch.zeros(B, H, T, 1, dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            for c in range(q_idx.shape[2]):
-                qi, ki = q_idx[b, h, c], k_idx[b, h, c]
-                s = q[b, h, qi].double() @ k[b, h, ki].double().T / D**0.5
-                if causal:
-                    s = s.masked_fill(qi[:, None] < ki[None, :], float("-inf"))
-                p = torch.softmax(s, -1).nan_to_num(0.0)
-                out[b, h, qi] += p @ v[b, h, ki].double()
-                count[b, h, qi] += 1
-    return out / count.clamp(min=1)
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -42,7 +24,7 @@ def test_matches_the_per_cluster_oracle(shared, causal):
     if shared:
         k = q  # shared query/key vectors, as the causal Routing Transformer
     got = routing_attention(q, k, v, q_idx, None if shared else k_idx, causal=causal)
-    want = oracle(q, k, v, q_idx, k_idx, causal)
+    want = routing_attention_ref(q, k, v, q_idx, k_idx, causal=causal)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     grad = torch.randn_like(want)
     inputs = (q, v) if shared else (q, k, v)

@@ -12,19 +12,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 import zoo.kernels
-from test_block_sparse import dense_oracle
-from test_routing_attention import oracle as routing_oracle
 from test_routing_attention import random_clusters
 from zoo.kernels import (
     BlockSparsePlan,
     block_sparse_attention,
+    block_sparse_attention_torch,
     expand_layout,
+    masked_attention_ref,
     routing_attention,
+    routing_attention_ref,
+    routing_attention_torch,
     triton_block_sparse,
     triton_flash,
     triton_routing,
 )
-from zoo.kernels.routing import routing_attention_ref
 
 from zoo.attention.patterns import causal, fixed, local, strided
 
@@ -95,7 +96,9 @@ def test_block_sparse_matches_dense_attention_under_the_element_mask(pattern, T,
     q, k, v = inputs(2, H, T, D, dtype)
     plan = BlockSparsePlan(pattern.layout(T, block, H), block, T, mask_mod=pattern.mask_mod)
     got = run_block_sparse(q, k, v, plan)
-    want = dense_oracle(q, k, v, pattern.mask(T, H if pattern.per_head else None).to(DEVICE))
+    want = masked_attention_ref(
+        q, k, v, pattern.mask(T, H if pattern.per_head else None).to(DEVICE)
+    )
     assert_matches(got, want, (q, k, v), dtype)
 
 
@@ -114,7 +117,7 @@ def test_block_sparse_layout_alone_with_empty_rows_per_head(causal, dtype):
     mask = expand_layout(layout, block, T)
     if causal:
         mask = mask & torch.ones(T, T, dtype=torch.bool).tril()
-    assert_matches(got, dense_oracle(q, k, v, mask.to(DEVICE)), (q, k, v), dtype)
+    assert_matches(got, masked_attention_ref(q, k, v, mask.to(DEVICE)), (q, k, v), dtype)
     assert got[:, :, block : 2 * block].abs().max() == 0
     assert got[:, 0, 3 * block : 4 * block].abs().max() == 0
     (dq,) = torch.autograd.grad(got.sum(), q)
@@ -130,13 +133,13 @@ def test_block_sparse_dense_causal_layout_equals_sdpa():
     assert_matches(run_block_sparse(q, k, v, plan), want, (q, k, v), torch.float32)
 
 
-def test_block_sparse_kernel_equals_the_reference_path():
-    """The two implementations behind the dispatching op agree (the reference is the oracle the
+def test_block_sparse_kernel_equals_the_pytorch_path():
+    """The two implementations behind the dispatching op agree (the PyTorch path is the one the
     models were validated on)."""
     pattern, T, block, H = fixed(32, 8), 100, 16, 2
     q, k, v = inputs(1, H, T, 32, torch.float32, seed=5)
     plan = BlockSparsePlan(pattern.layout(T, block, H), block, T, mask_mod=pattern.mask_mod)
-    want = zoo.kernels.block_sparse_attention_ref(q, k, v, plan)
+    want = block_sparse_attention_torch(q, k, v, plan)
     assert_matches(run_block_sparse(q, k, v, plan), want, (q, k, v), torch.float32)
 
 
@@ -196,11 +199,13 @@ def test_routing_matches_the_per_cluster_oracle(shared, causal, w, D, dtype):
     got = triton_routing.routing_attention_triton(
         q, k, v, q_idx, None if shared else k_idx, causal=causal, block=16
     )
-    # gradients against the reference (itself tested against the loop oracle) ...
-    want = routing_attention_ref(q, k, v, q_idx, None if shared else k_idx, causal=causal)
+    # gradients against the PyTorch path (itself tested against the spec) ...
+    want = routing_attention_torch(q, k, v, q_idx, None if shared else k_idx, causal=causal)
     assert_matches(got, want, (q, k, v), dtype)
-    # ... and outputs against the fp64 loop oracle directly
-    exact = routing_oracle(*(x.detach().cpu() for x in (q, k, v)), q_idx.cpu(), k_idx.cpu(), causal)
+    # ... and outputs against the fp64 spec directly
+    exact = routing_attention_ref(
+        *(x.detach().cpu() for x in (q, k, v)), q_idx.cpu(), k_idx.cpu(), causal=causal
+    )
     torch.testing.assert_close(got.cpu().double(), exact, rtol=TOL[dtype], atol=TOL[dtype])
 
 
@@ -219,7 +224,7 @@ def test_routing_diagonal_shortcut_equals_the_general_walk():
 # ---------------------------------------------------------------------------- dispatch
 
 
-def test_cpu_tensors_take_the_reference_path(monkeypatch):
+def test_cpu_tensors_take_the_pytorch_path(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a CPU tensor reached a Triton kernel")
 
@@ -251,19 +256,21 @@ def test_dispatch_sends_supported_inputs_to_the_kernels(monkeypatch):
     q, k, v = inputs(1, 2, T, 32, torch.float32)
     plan = BlockSparsePlan(pattern.layout(T, 16), 16, T, mask_mod=pattern.mask_mod)
     got = block_sparse_attention(q, k, v, plan)
-    assert_matches(got, dense_oracle(q, k, v, pattern.mask(T).to(DEVICE)), (q, k, v), torch.float32)
+    assert_matches(
+        got, masked_attention_ref(q, k, v, pattern.mask(T).to(DEVICE)), (q, k, v), torch.float32
+    )
     q_idx = random_clusters(1, 2, 2, 24, T, torch.Generator().manual_seed(0)).to(DEVICE)
     got = routing_attention(q, k, v, q_idx)
-    assert_matches(got, routing_attention_ref(q, k, v, q_idx), (q, k, v), torch.float32)
+    assert_matches(got, routing_attention_torch(q, k, v, q_idx), (q, k, v), torch.float32)
     assert calls == ["block_sparse_attention_triton", "routing_attention_triton"]
 
 
-def test_unsupported_inputs_fall_back_to_the_reference_with_a_warning(monkeypatch):
+def test_unsupported_inputs_fall_back_to_the_pytorch_path_with_a_warning(monkeypatch):
     monkeypatch.setattr(zoo.kernels, "use_triton", lambda x: True)
     q, k, v = inputs(1, 1, 16, 16, torch.float32)
-    with pytest.warns(UserWarning, match="block_size 8 is not one of .*PyTorch reference"):
+    with pytest.warns(UserWarning, match="block_size 8 is not one of .*PyTorch path"):
         got = block_sparse_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool), 8)
-    want = zoo.kernels.block_sparse_attention_ref(q, k, v, torch.ones(2, 2, dtype=torch.bool), 8)
+    want = block_sparse_attention_torch(q, k, v, torch.ones(2, 2, dtype=torch.bool), 8)
     torch.testing.assert_close(got, want)
     q24 = torch.randn(1, 1, 16, 24)
     with pytest.warns(UserWarning, match="head dim 24 is not one of"):
@@ -289,11 +296,16 @@ def test_package_imports_without_triton(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "overrides"),
-    [("sparse_transformer_tiny", {"block_size": 16}), ("routing_transformer_tiny", {})],
+    [
+        # merged strided heads: the block-sparse route on every device (the fixed pattern takes
+        # the segment route on a CPU, where the interpreter runs)
+        ("sparse_transformer_tiny", {"block_size": 16, "pattern": "strided"}),
+        ("routing_transformer_tiny", {}),
+    ],
 )
-def test_models_through_the_kernels_equal_the_reference_path(monkeypatch, name, overrides):
+def test_models_through_the_kernels_equal_the_pytorch_path(monkeypatch, name, overrides):
     """A whole model, logits and every parameter's gradient, with the Triton path switched on
-    (the plans come from the model's own plan cache) against the reference path."""
+    (the plans come from the model's own plan cache) against the PyTorch path."""
     import zoo
 
     model = zoo.create_model(name, **overrides).to(DEVICE).eval()  # eval: k-means would move

@@ -312,17 +312,20 @@ def column_attention(q: Tensor, k: Tensor, v: Tensor, stride: int) -> Tensor:
     ``(B, H, T, D) -> (B, H, T, D)``. Position ``i`` is cell ``(i // l, i % l)`` of a ``(T/l, l)``
     grid; transposing makes each column a contiguous causal sequence (Child et al. 2019, §5.5).
     Padding goes at the end of each column, after every real query, so causality excludes it.
+    The columns are taken as strides of the ``(B, T, H, D)`` memory that the fused projections
+    and SDPA use, so when ``T`` is a multiple of ``l`` nothing is copied (on a CPU, fp32: see
+    :func:`zoo.kernels.sdpa`).
     """
     B, H, T, D = q.shape
     rows = math.ceil(T / stride)
 
-    def to_columns(x: Tensor) -> Tensor:
-        x = F.pad(x, (0, 0, 0, rows * stride - T)).view(B, H, rows, stride, -1)
-        return x.transpose(2, 3).reshape(B, H * stride, rows, x.shape[-1])  # (B, H l, rows, D)
+    def to_columns(x: Tensor) -> Tensor:  # (B, H, T, D) -> (B, l H, rows, D)
+        x = F.pad(x.transpose(1, 2), (0, 0, 0, 0, 0, rows * stride - T))  # (B, rows l, H, D)
+        return x.reshape(B, rows, stride * H, x.shape[-1]).transpose(1, 2)
 
-    y = F.scaled_dot_product_attention(*map(to_columns, (q, k, v)), is_causal=True)
-    y = y.view(B, H, stride, rows, -1).transpose(2, 3).reshape(B, H, rows * stride, -1)
-    return y[:, :, :T]
+    y = sdpa(*map(to_columns, (q, k, v)), is_causal=True)  # (B, l H, rows, D)
+    y = y.transpose(1, 2).reshape(B, rows * stride, H, -1)
+    return y[:, :T].transpose(1, 2)
 
 
 def local_attention(
