@@ -4,13 +4,18 @@ attention problems on PyTorch's fused kernel, merged exactly by log-sum-exp.
 The layout (Child et al. 2019, §4.3, the fixed pattern ``A1 ∪ A2``): positions fall into
 segments of ``l``; query ``i`` attends causally to its own segment (``A1``) and to the ``c``
 summary positions of every EARLIER segment (``A2`` outside its own segment; ``A2`` inside it is
-part of ``A1``). With ``summary=None`` only the segment part is computed (``A1`` alone).
+part of ``A1``). With ``summary=None`` only the segment part is computed (``A1`` alone). With
+``window`` instead of summaries, queries also see the previous segment's keys within ``window``
+positions: sliding-window (local) attention, the Routing Transformer's local heads and the strided
+pattern's ``A1``.
 
 How: the two key sets are disjoint, so the softmax over their union is the merge of two partial
 softmaxes by their row log-sum-exp (the identity FlashAttention's tiles use):
 ``L = logaddexp(L1, L2)``, ``O = exp(L1 - L) O1 + exp(L2 - L) O2``. Each part is dense:
 
 - the segment part is causal attention within each segment, one batched causal problem;
+- the window part (``window``) is each segment against the one before it under one ``(l, l)``
+  additive mask, the same for every segment;
 - the summary part is, in the compacted summary keys, a strictly block-lower-triangular matrix
   (segment ``s`` sees the summaries of segments ``< s``). It is split into full rectangles by
   halving: at level ``d`` the second half of each of the ``2^d`` groups of segments sees the
@@ -50,10 +55,11 @@ def segment_attention(
     segment: int,
     summary: Tensor | None = None,
     *,
+    window: int | None = None,
     scale: float | None = None,
 ) -> Tensor:
     """Causal attention within segments of ``segment`` positions, plus the summary positions of
-    all earlier segments.
+    all earlier segments, or the previous segment's keys within a sliding window.
 
     Args:
         q, k, v: ``(B, H, T, D)`` CPU tensors, fp32, bf16, fp16 or fp64; ``T`` need not be a
@@ -61,14 +67,19 @@ def segment_attention(
         segment: ``l``, the segment length (the fixed pattern's stride).
         summary: int64 ``(H, c)`` (or ``(1, c)``, shared), the offsets ``0 <= r < l`` inside each
             segment of head ``h``'s summary positions, sorted; ``None`` for no summaries.
+        window: ``w`` with ``l <= w <= l + 1``: query ``i`` also sees the previous segment's keys
+            with ``i - j < w`` (with ``w = l``: ``local(l)``; ``w = l + 1``: strided ``A1`` of
+            stride ``l``). Not with ``summary``.
         scale: score scale, default ``1 / sqrt(D)``.
 
     Returns:
         ``(B, H, T, D)`` in the dtype of ``v``: for query ``i``, softmax over keys ``j <= i`` in
-        ``i``'s segment and keys ``j`` in earlier segments with ``j mod l`` in ``summary[h]``.
+        ``i``'s segment and keys ``j`` in earlier segments with ``j mod l`` in ``summary[h]``
+        (or with ``i - j < window``).
 
     Raises:
-        ValueError: non-CPU tensors, mismatched shapes, or a summary outside ``0..l-1``.
+        ValueError: non-CPU tensors, mismatched shapes, a summary outside ``0..l-1``, or a
+            window outside ``l..l+1`` or given with a summary.
     """
     B, H, T, D = q.shape
     if q.device.type != "cpu":
@@ -85,22 +96,31 @@ def segment_attention(
             f"summary must be int offsets (1 or {H}, c) in 0..{segment - 1}; got "
             f"{tuple(summary.shape)} {summary.tolist() if summary.numel() < 9 else ''}"
         )
+    if window is not None and (summary is not None or not segment <= window <= segment + 1):
+        raise ValueError(
+            f"window must be in {segment}..{segment + 1} (the segment length or one more) and "
+            f"cannot go with a summary; got window={window}"
+            + (", summary given" if summary is not None else "")
+        )
     scale = D**-0.5 if scale is None else scale
-    return _SegmentAttention.apply(q, k, v, segment, summary, scale)
+    return _SegmentAttention.apply(q, k, v, segment, summary, window, scale)
 
 
 # --- the parts ------------------------------------------------------------------------------------
-def _flash(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """PyTorch's fused CPU attention on ``(B, N, Tq, D)``: output and row log-sum-exp (fp32)."""
+def _flash(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """PyTorch's fused CPU attention on ``(B, N, Tq, D)``: output and row log-sum-exp (fp32),
+    under an optional additive ``mask`` (broadcastable to ``(B, N, Tq, Tk)``)."""
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, causal, scale=scale
+        q, k, v, 0.0, causal, attn_mask=mask, scale=scale
     )
     return out, lse
 
 
-def _flash_backward(do, q, k, v, out, lse, causal: bool, scale: float):
+def _flash_backward(do, q, k, v, out, lse, causal: bool, scale: float, mask=None):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        do, q, k, v, out, lse, 0.0, causal, scale=scale
+        do, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale
     )
 
 
@@ -111,11 +131,18 @@ class _Layout:
     from a fused QKV projection and ``T`` a power-of-two number of segments, no part copies its
     queries, keys, values or outputs."""
 
-    def __init__(self, B: int, H: int, T: int, l: int, summary: Tensor | None) -> None:
+    def __init__(
+        self, B: int, H: int, T: int, l: int, summary: Tensor | None, window: int | None
+    ) -> None:
         self.B, self.H, self.T, self.l = B, H, T, l
         self.n_segments = math.ceil(T / l)
-        self.S = 1 << max(0, (self.n_segments - 1).bit_length())  # padded to a power of two
-        self.summary = summary
+        # padded to a power of two for the halving; otherwise to whole segments
+        self.S = (
+            1 << max(0, (self.n_segments - 1).bit_length())
+            if summary is not None
+            else (self.n_segments)
+        )
+        self.summary, self.window = summary, window
         self.levels = []  # (rectangles per level R, kept M, segments per half)
         if summary is not None:
             size = self.S // 2
@@ -152,6 +179,19 @@ class _Layout:
         else:
             g = torch.stack([xs[:, :, idx[h], h] for h in range(self.H)], 3)
         return g.reshape(self.B, -1, self.H, x.shape[-1])
+
+    def previous(self, x: Tensor) -> Tensor:
+        """``(B, S l, H, D)`` shifted by one segment (zeros in front): at segment ``s``, segment
+        ``s - 1`` (a copy)."""
+        return F.pad(x, (0, 0, 0, 0, self.l, 0))[:, : self.S * self.l]
+
+    def window_mask(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The previous segment's additive ``(1, 1, l, l)`` mask (query ``i'``, key ``j'``
+        offsets: ``l + i' - j' < window``) and the bool ``(l,)`` rows it leaves some key."""
+        off = torch.arange(self.l)
+        allowed = self.l + off[:, None] - off[None, :] < self.window
+        mask = torch.zeros(self.l, self.l, dtype=dtype).masked_fill(~allowed, float("-inf"))
+        return mask[None, None], allowed.any(-1)
 
     def add_summaries(self, into: Tensor, g: Tensor) -> None:
         """Add ``(B, S c, H, D)`` gradients at the summary positions of ``into`` ``(B, S l, H, D)``."""
@@ -192,14 +232,31 @@ def _merge(out: Tensor, lse: Tensor, part_out: Tensor, part_lse: Tensor) -> None
 
 class _SegmentAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, l, summary, scale):
+    def forward(ctx, q, k, v, l, summary, window, scale):
         with torch.autocast("cpu", enabled=False):
             B, H, T, D = q.shape
-            lay = _Layout(B, H, T, l, summary)
+            lay = _Layout(B, H, T, l, summary, window)
             qt, kt, vt = (lay.bthd(x) for x in (q, k, v))  # (B, S l, H, D)
             out, lse = _flash(*(lay.segments(x) for x in (qt, kt, vt)), True, scale)
             out = lay.unsegment(out)  # (B, S l, H, D); every query sees itself: lse is finite
             lse = lay.unsegment(lse)  # (B, S l, H), a copy: merged into below
+            if window is not None and lay.S > 1:
+                mask, rows = lay.window_mask(qt.dtype)
+                part_out, part_lse = _flash(
+                    lay.segments(qt),
+                    lay.segments(lay.previous(kt)),
+                    lay.segments(lay.previous(vt)),
+                    False,
+                    scale,
+                    mask,
+                )
+                part_out, part_lse = lay.unsegment(part_out), lay.unsegment(part_lse)
+                # no previous segment for segment 0 (its keys are the zero padding), and the
+                # kernel gives a row without keys lse 0, not -inf
+                seen = rows.repeat(lay.S)
+                seen[:l] = False
+                part_lse[:, ~seen] = float("-inf")
+                _merge(out, lse, part_out, part_lse)
             if lay.levels:
                 ks, vs = lay.summaries(kt), lay.summaries(vt)  # (B, S c, H, D)
                 c = ks.shape[1] // lay.S
@@ -235,6 +292,24 @@ class _SegmentAttention(torch.autograd.Function):
                     *(lay.segments(x) for x in (do, qt, kt, vt, out, lse)), True, scale
                 )
             )  # (B, S l, H, D), views of the kernel's gradients
+            if lay.window is not None and lay.S > 1:
+                # segment 0's keys here are zeros: its dq share is 0, its dk, dv fall off the end
+                mask, _ = lay.window_mask(qt.dtype)
+                dq_p, dk_p, dv_p = (
+                    lay.unsegment(g)
+                    for g in _flash_backward(
+                        *(lay.segments(x) for x in (do, qt)),
+                        lay.segments(lay.previous(kt)),
+                        lay.segments(lay.previous(vt)),
+                        *(lay.segments(x) for x in (out, lse)),
+                        False,
+                        scale,
+                        mask,
+                    )
+                )
+                dq += dq_p
+                dk[:, :-l] += dk_p[:, l:]
+                dv[:, :-l] += dv_p[:, l:]
             if lay.levels:
                 ks, vs = lay.summaries(kt), lay.summaries(vt)
                 c = ks.shape[1] // lay.S
@@ -259,4 +334,4 @@ class _SegmentAttention(torch.autograd.Function):
             def back(g: Tensor, like: Tensor) -> Tensor:
                 return g[:, :T].transpose(1, 2).to(like.dtype)
 
-            return back(dq, q), back(dk, k), back(dv, v), None, None, None
+            return back(dq, q), back(dk, k), back(dv, v), None, None, None, None

@@ -7,7 +7,7 @@ from zoo.kernels import masked_attention_ref, segment_attention
 
 from zoo.attention import functional
 from zoo.attention.functional import attend, route
-from zoo.attention.patterns import fixed, strided
+from zoo.attention.patterns import fixed, local, strided
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
@@ -72,6 +72,17 @@ def test_autocast_is_switched_off_inside():
     assert_exact(q, k, v, got, oracle(q, k, v, pattern))
 
 
+@pytest.mark.parametrize("T", [3, 16, 45, 64])
+@pytest.mark.parametrize("window, extra", [(16, 0), (17, 1)])  # local(l), strided A1
+def test_a_window_over_the_previous_segment_is_sliding_window_attention(T, window, extra):
+    """``window = l``: local(l); ``window = l + 1``: strided A1 (i - j <= l)."""
+    l = window - extra
+    pattern = local(window) if extra == 0 else strided(l, component=1)
+    q, k, v = inputs(2, 3, T, 8, torch.float64)
+    got = segment_attention(q, k, v, l, window=window)
+    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+
+
 def test_the_engine_routes_fixed_and_strided_a1_by_device():
     union, a1, a2 = fixed(16, 4), fixed(16, 4, component=1), fixed(16, 4, component=2)
     assert [route(p) for p in (union, a1, a2)] == ["segments", "segments", "block_sparse"]
@@ -108,17 +119,20 @@ def test_summaries_of_earlier_segments_only():
 
 
 @pytest.mark.parametrize(
-    "summary, match",
+    "summary, window, match",
     [
-        (torch.tensor([[16]]), "summary must be"),
-        (torch.tensor([[-1]]), "summary must be"),
-        (torch.tensor([[1], [2], [3]]), "summary must be"),
+        (torch.tensor([[16]]), None, "summary must be"),
+        (torch.tensor([[-1]]), None, "summary must be"),
+        (torch.tensor([[1], [2], [3]]), None, "summary must be"),
+        (None, 15, "window must be in 16..17"),
+        (None, 18, "window must be in 16..17"),
+        (torch.tensor([[15]]), 16, "cannot go with a summary"),
     ],
 )
-def test_bad_summaries_raise(summary, match):
+def test_bad_summaries_and_windows_raise(summary, window, match):
     q, k, v = (torch.randn(1, 2, 32, 4) for _ in range(3))
     with pytest.raises(ValueError, match=match):
-        segment_attention(q, k, v, 16, summary)
+        segment_attention(q, k, v, 16, summary, window=window)
 
 
 def test_mismatched_shapes_raise():

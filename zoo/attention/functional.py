@@ -12,7 +12,10 @@ masked computation, :func:`masked_attention`, up to float rounding):
                 of the ``(T / l, l)`` grid (Child et al. 2019, §5.5, "transposing the matrix")
 ``local``       ``local(window)``: blocks of ``window`` queries against their block and the one
                 before, as SDPA heads; also takes segment ids and Shaw relative positions. On a
-                CPU also strided ``A1``, which is ``local(stride + 1)``
+                CPU also strided ``A1``, which is ``local(stride + 1)``; there, without segment
+                ids or relative positions, each block's causal part and its look at the block
+                before are two fused calls merged by log-sum-exp
+                (:func:`zoo.kernels.segment_attention` with a ``window``)
 ``segments``    on a CPU, the fixed pattern (``A1 ∪ A2`` or ``A1``): causal attention within each
                 segment of ``stride`` plus dense rectangles onto earlier segments' summaries,
                 merged by log-sum-exp (:func:`zoo.kernels.segment_attention`)
@@ -169,6 +172,9 @@ def attend(
         return column_attention(q, k, v, pattern.param("stride"))
     if r == "local":
         window = pattern.param("window") or pattern.param("stride") + 1  # strided A1: i - j <= l
+        if q.device.type == "cpu" and segments is None and relative is None:
+            # segments of the window (of the stride for A1) and the one before, merged
+            return segment_attention(q, k, v, pattern.param("stride") or window, window=window)
         return local_attention(q, k, v, window, segments=segments,
                                positions=positions, relative=relative)  # fmt: skip
     if r == "segments":
