@@ -16,12 +16,14 @@ of its own and point ``--baseline-path`` at it::
 
 Configuration, identical for every method: byte vocabulary, d_model 256, 4 layers, 8 heads of
 head dim 32 of which 4 local, local window 128, clusters of 128 tokens (``k = n / 128``), feed-forward
-1024, batch 1, fp32, no dropout. Methods:
+1024, batch 1, fp32 (or bf16 autocast), no dropout. Methods:
 
 - ``ours_topw``: :class:`~zoo.models.RoutingTransformerLM`, top-w routing (Algorithm 1);
 - ``ours_causal``: the same with causal routing;
 - ``routing_transformer``: ``routing_transformer.RoutingTransformerLM(causal=True, ...)`` with its
-  defaults otherwise (loss includes its auxiliary commitment loss).
+  defaults otherwise (loss includes its auxiliary commitment loss);
+- ``..._bf16``: the same step under ``torch.autocast("cpu", torch.bfloat16)`` (what ``zoo fit``'s
+  bf16-mixed does on CPUs with AVX512-BF16 or AMX; the package runs under it unchanged).
 
 Each (method, n) runs in a fresh process: time is the median of 3 steps after a warm-up; memory
 is the growth of the process's peak resident set (``ru_maxrss``) over the step.
@@ -39,11 +41,13 @@ import torch.nn.functional as F
 from benchmarks import harness
 from benchmarks.harness import machine, measure, time_and_peak, write_report
 
-METHODS = ("ours_topw", "ours_causal", "routing_transformer")
+BASE = ("ours_topw", "ours_causal", "routing_transformer")
+METHODS = (*BASE, *(f"{m}_bf16" for m in BASE))
 D_MODEL, LAYERS, HEADS, LOCAL_HEADS, WINDOW, CLUSTER_SIZE = 256, 4, 8, 4, 128, 128
 
 
 def build(method: str, n: int) -> torch.nn.Module:
+    method = method.removesuffix("_bf16")
     if method == "routing_transformer":
         try:
             from routing_transformer import RoutingTransformerLM
@@ -74,11 +78,14 @@ def run_one(method: str, n: int) -> dict:
     tokens = torch.randint(0, 256, (1, n + 1))
     x, y = tokens[:, :-1], tokens[:, 1:]
 
+    bf16 = method.endswith("_bf16")
+
     def step() -> float:
         t = time.perf_counter()
-        out = model(x)
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            out = model(x)
         logits, aux = out if isinstance(out, tuple) else (out, 0.0)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten()) + aux
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) + aux
         loss.backward()
         model.zero_grad(set_to_none=True)
         return time.perf_counter() - t
@@ -95,8 +102,8 @@ def report(rows: list[dict], out: Path) -> str:
         "",
         f"`python -m benchmarks.routing_lm` on {machine()}; d_model {D_MODEL}, {LAYERS} "
         f"layers, {HEADS} heads ({LOCAL_HEADS} local, window {WINDOW}), clusters of "
-        f"{CLUSTER_SIZE} tokens, batch 1, fp32. Time: median of 3 steps (ms). Memory: peak RSS "
-        "growth (MiB). Parameters: "
+        f"{CLUSTER_SIZE} tokens, batch 1, fp32 or (`_bf16`) bf16 autocast. Time: median of 3 "
+        "steps (ms). Memory: peak RSS growth (MiB). Parameters: "
         + ", ".join(f"{m} {p / 1e6:.2f}M (at the largest n)" for m, p in params.items()),
     ]
     metrics = [("ms", "ms", "training step (ms)"), ("peak_mib", "MiB", "peak MiB")]
@@ -113,14 +120,14 @@ def main(argv: list[str] | None = None) -> None:
     from rich.progress import track
 
     methods = list(ns.methods)
-    if ns.baseline_path is None and "routing_transformer" in methods:
-        methods.remove("routing_transformer")
+    if ns.baseline_path is None and any(m.startswith("routing_transformer") for m in methods):
+        methods = [m for m in methods if not m.startswith("routing_transformer")]
         print("no --baseline-path: measuring ours only")
     env = {"PYTHONPATH": str(ns.baseline_path.resolve())} if ns.baseline_path else None
     jobs = [(m, n) for n in ns.sizes for m in methods]
     module = "benchmarks.routing_lm"
     rows = [
-        measure(module, m, n, ns.timeout, env if m == "routing_transformer" else None)
+        measure(module, m, n, ns.timeout, env if m.startswith("routing_transformer") else None)
         for m, n in track(jobs, description="measuring")
     ]
     print(report(rows, ns.out))

@@ -7,7 +7,7 @@ import pytest
 from benchmarks import routing_lm as bench
 
 
-@pytest.mark.parametrize("method", ["ours_topw", "ours_causal"])
+@pytest.mark.parametrize("method", ["ours_topw", "ours_causal", "ours_causal_bf16"])
 def test_our_methods_run_at_a_small_size(method):
     row = bench.run_one(method, 256)
     assert row["method"] == method and row["n"] == 256
