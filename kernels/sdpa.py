@@ -21,10 +21,11 @@ __all__ = ["sdpa"]
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
-    """``F.scaled_dot_product_attention(q, k, v, **kwargs)``, fp32 on CPU; output in the dtype of
-    ``v`` (or of autocast's choice off the CPU)."""
+    """``F.scaled_dot_product_attention(q, k, v, **kwargs)``, fp32 (or fp64) on CPU; output in the
+    dtype of ``v`` (or of autocast's choice off the CPU)."""
     if q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    wide = torch.promote_types(q.dtype, torch.float32)  # fp64 stays fp64
     with torch.autocast("cpu", enabled=False):
-        y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs)
+        y = F.scaled_dot_product_attention(q.to(wide), k.to(wide), v.to(wide), **kwargs)
     return y.to(v.dtype)

@@ -94,7 +94,7 @@ def test_the_engine_routes_fixed_and_strided_a1_by_device():
 
 def test_strided_a1_on_the_local_route_is_exact():
     pattern = strided(8, component=1)
-    q, k, v = inputs(2, 2, 50, 4, torch.float32)  # the local route computes in fp32
+    q, k, v = inputs(2, 2, 50, 4, torch.float64)
     assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
 
 
@@ -103,6 +103,12 @@ def test_summary_offsets_are_read_off_the_pattern():
     distinct = functional._summary(fixed(16, 4, distinct_summaries=True), 3)
     assert distinct.tolist() == [[12, 13, 14, 15], [8, 9, 10, 11], [4, 5, 6, 7]]
     assert functional._summary(fixed(16, 4, component=1), 3) is None
+
+
+def test_strided_a2_columns_are_exact_in_fp64():
+    pattern = strided(8, component=2)
+    q, k, v = inputs(2, 3, 61, 4, torch.float64)
+    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
 
 
 def test_summaries_of_earlier_segments_only():

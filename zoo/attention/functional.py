@@ -23,7 +23,7 @@ masked computation, :func:`masked_attention`, up to float rounding):
                 al. 2018, §3.2) and runs densely
 ``block_sparse`` any other pattern (and strided ``A1`` and fixed off the CPU):
                 :func:`zoo.kernels.block_sparse_attention` over its block layout (Triton on
-                CUDA, the chunked reference elsewhere)
+                CUDA, its PyTorch path elsewhere)
 ``decode``      new queries after ``past`` cached positions under a pattern: only the keys the
                 pattern selects are gathered, then the masked path
 ``materialised``  a mapping other than softmax (:mod:`zoo.attention.mappings`): the masked path
