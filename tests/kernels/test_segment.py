@@ -3,37 +3,18 @@ computation of the same pattern, and the engine's choice of it."""
 
 import pytest
 import torch
-from zoo.kernels import masked_attention_ref, segment_attention
+from test_block_sparse import check, inputs
+from zoo.kernels import segment_attention
 
 from zoo.attention import functional
 from zoo.attention.functional import attend, route
 from zoo.attention.patterns import fixed, local, strided
 
-TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
-
-def inputs(B, H, T, D, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [
-        torch.randn(B, H, T, D, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
-        for _ in range(3)
-    ]
-
-
-def oracle(q, k, v, pattern):
-    """The spec on the pattern's element mask (fp64)."""
+def assert_exact(q, k, v, got, pattern):
+    """Outputs and q, k, v gradients equal the spec on ``pattern``'s element mask."""
     T, H = q.shape[2], q.shape[1]
-    return masked_attention_ref(q, k, v, pattern.mask(T, H if pattern.per_head else None))
-
-
-def assert_exact(q, k, v, got, want):
-    tol = TOL[q.dtype]
-    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
-    grad = torch.randn_like(want)
-    g_got = torch.autograd.grad(got, (q, k, v), grad.to(got.dtype))
-    g_want = torch.autograd.grad(want, (q, k, v), grad)
-    for name, a, b in zip("qkv", g_got, g_want, strict=True):
-        torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol, msg=f"d{name}")
+    check(q, k, v, got, pattern.mask(T, H if pattern.per_head else None))
 
 
 # segment counts 1 .. 13: powers of two and not (the halving pads to 16), ragged ends
@@ -44,14 +25,14 @@ def test_fixed_union_matches_the_dense_masked_computation(T, distinct):
     pattern = fixed(l, c, distinct_summaries=distinct)
     q, k, v = inputs(2, H, T, 8, torch.float64)
     got = attend(q, k, v, pattern)
-    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+    assert_exact(q, k, v, got, pattern)
 
 
 @pytest.mark.parametrize("T", [7, 40])
 def test_fixed_a1_alone_is_causal_within_segments(T):
     pattern = fixed(8, 2, component=1)
     q, k, v = inputs(1, 2, T, 4, torch.float64)
-    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
+    assert_exact(q, k, v, attend(q, k, v, pattern), pattern)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -60,7 +41,7 @@ def test_low_precision_inputs_keep_their_dtype_and_match(dtype):
     q, k, v = inputs(1, 4, 300, 16, dtype)
     got = attend(q, k, v, pattern)
     assert got.dtype == dtype
-    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+    assert_exact(q, k, v, got, pattern)
 
 
 def test_autocast_is_switched_off_inside():
@@ -69,7 +50,7 @@ def test_autocast_is_switched_off_inside():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = attend(q, k, v, pattern)
     assert got.dtype == torch.float32
-    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+    assert_exact(q, k, v, got, pattern)
 
 
 @pytest.mark.parametrize("T", [3, 16, 45, 64])
@@ -80,7 +61,7 @@ def test_a_window_over_the_previous_segment_is_sliding_window_attention(T, windo
     pattern = local(window) if extra == 0 else strided(l, component=1)
     q, k, v = inputs(2, 3, T, 8, torch.float64)
     got = segment_attention(q, k, v, l, window=window)
-    assert_exact(q, k, v, got, oracle(q, k, v, pattern))
+    assert_exact(q, k, v, got, pattern)
 
 
 def test_the_engine_routes_fixed_and_strided_a1_by_device():
@@ -95,7 +76,7 @@ def test_the_engine_routes_fixed_and_strided_a1_by_device():
 def test_strided_a1_on_the_local_route_is_exact():
     pattern = strided(8, component=1)
     q, k, v = inputs(2, 2, 50, 4, torch.float64)
-    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
+    assert_exact(q, k, v, attend(q, k, v, pattern), pattern)
 
 
 def test_summary_offsets_are_read_off_the_pattern():
@@ -108,7 +89,7 @@ def test_summary_offsets_are_read_off_the_pattern():
 def test_strided_a2_columns_are_exact_in_fp64():
     pattern = strided(8, component=2)
     q, k, v = inputs(2, 3, 61, 4, torch.float64)
-    assert_exact(q, k, v, attend(q, k, v, pattern), oracle(q, k, v, pattern))
+    assert_exact(q, k, v, attend(q, k, v, pattern), pattern)
 
 
 def test_summaries_of_earlier_segments_only():
