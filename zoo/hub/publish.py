@@ -151,7 +151,7 @@ def model_card(
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
-    windows = _training_windows(facts.get("data", {}), cfg.get("max_seq_len"))
+    windows = _training_windows(facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"))
     extra = facts.get("data", {}).get("extra_train") or []
     corpus = DATASETS.get(dataset, dataset) + "".join(
         f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
@@ -215,9 +215,19 @@ the views of its time.
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
-def _training_windows(data: dict[str, Any], context: int | None) -> str:
+def _training_windows(
+    data: dict[str, Any], context: int | None, stages: list[dict] | None = None
+) -> str:
     """``"8 x 1,024 bytes per optimizer step"``, saying so when the windows are shorter than the
-    model's context (the positions past them are then never trained)."""
+    model's context (the positions past them are then never trained). A model trained in
+    ``stages`` (``training.json``: each with ``recipe``, ``optimizer_steps``, ``batch_size``,
+    ``seq_len``) gets one such line per stage."""
+    if stages:
+        return "; then ".join(
+            f"{_training_windows(st, context)} for {st.get('optimizer_steps', '?'):,} steps "
+            f"(`{st.get('recipe', '?')}`)"
+            for st in stages
+        )
     batch, seq_len = data.get("batch_size"), data.get("seq_len")
     if not batch or not seq_len:
         return "unknown"
