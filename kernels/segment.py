@@ -20,7 +20,7 @@ softmaxes by their row log-sum-exp (the identity FlashAttention's tiles use):
   (segment ``s`` sees the summaries of segments ``< s``). It is split into full rectangles by
   halving: at level ``d`` the second half of each of the ``2^d`` groups of segments sees the
   first half's summaries, with no mask. ``log2(segments)`` batched problems cover the triangle
-  exactly, with no masked-out entry computed.
+  exactly.
 
 Every part runs through ``_scaled_dot_product_flash_attention_for_cpu``, which also returns the
 row log-sum-exp. The backward pass hands each part's backward kernel the MERGED output and
