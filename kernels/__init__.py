@@ -137,12 +137,7 @@ def backend(capability: tuple[int, int] | None = None) -> str:
     Raises:
         ValueError: ``ZOO_ATTENTION_BACKEND`` is not one of ``auto``, ``triton``, ``torch``.
     """
-    choice = os.environ.get("ZOO_ATTENTION_BACKEND", "auto").strip().lower() or "auto"
-    if choice not in BACKENDS:
-        raise ValueError(
-            f"ZOO_ATTENTION_BACKEND={choice!r} is not one of {', '.join(BACKENDS)}; unset it for "
-            "the default (auto)"
-        )
+    choice = _requested()
     if choice != "auto":
         return choice
     capability = tuple(_capability(None)) if capability is None else capability
@@ -167,17 +162,28 @@ def use_triton(x: Tensor) -> bool:
     """Whether the ops send ``x`` to Triton: it is on CUDA, Triton is installed and
     :func:`backend` says ``"triton"``. CPU tensors never go there, since outside
     ``TRITON_INTERPRET=1`` a launch on them fails."""
-    if not x.is_cuda:
+    if not x.is_cuda or backend(tuple(_capability(x.device))) != "triton":
         return False
-    choice = backend(tuple(_capability(x.device)))
-    if choice == "triton" and importlib.util.find_spec("triton") is None:
-        if os.environ.get("ZOO_ATTENTION_BACKEND", "").strip().lower() == "triton":
-            raise ValueError(
-                "ZOO_ATTENTION_BACKEND=triton but Triton is not installed: "
-                "pip install 'attention-zoo[triton]', or unset the variable"
-            )
-        return False
-    return choice == "triton"
+    if importlib.util.find_spec("triton") is not None:
+        return True
+    if _requested() == "triton":
+        raise ValueError(
+            "ZOO_ATTENTION_BACKEND=triton but Triton is not installed: "
+            "pip install 'attention-zoo[triton]', or unset the variable"
+        )
+    return False  # auto on a verified GPU without Triton: quietly the PyTorch path
+
+
+def _requested() -> str:
+    """``ZOO_ATTENTION_BACKEND``, normalised (unset or empty: ``"auto"``); raises ``ValueError``
+    for any other value than :data:`BACKENDS`."""
+    choice = os.environ.get("ZOO_ATTENTION_BACKEND", "").strip().lower() or "auto"
+    if choice not in BACKENDS:
+        raise ValueError(
+            f"ZOO_ATTENTION_BACKEND={choice!r} is not one of {', '.join(BACKENDS)}; unset it for "
+            "the default (auto)"
+        )
+    return choice
 
 
 def _capability(device) -> tuple[int, int]:

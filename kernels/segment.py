@@ -136,12 +136,9 @@ class _Layout:
     ) -> None:
         self.B, self.H, self.T, self.l = B, H, T, l
         self.n_segments = math.ceil(T / l)
-        # padded to a power of two for the halving; otherwise to whole segments
-        self.S = (
-            1 << max(0, (self.n_segments - 1).bit_length())
-            if summary is not None
-            else (self.n_segments)
-        )
+        self.S = self.n_segments  # whole segments; a power of two for the summaries' halving
+        if summary is not None:
+            self.S = 1 << max(0, (self.n_segments - 1).bit_length())
         self.summary, self.window = summary, window
         self.levels = []  # (rectangles per level R, kept M, segments per half)
         if summary is not None:
