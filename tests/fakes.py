@@ -9,14 +9,22 @@ import torch
 from zoo.tasks import CausalLM
 
 
-def fake_run(directory: Path, seed: int = 0) -> Path:
+def fake_run(
+    directory: Path,
+    seed: int = 0,
+    *,
+    task=CausalLM,
+    model: str = "transformer_lm_tiny",
+    model_config: dict | None = None,
+    dataset: str = "pg19mini",
+) -> Path:
     """A run directory with checkpoints/best.ckpt as `zoo fit` writes it (tiny model, 3 steps)."""
     torch.manual_seed(seed)
-    module = CausalLM(model="transformer_lm_tiny", lr=1e-3)
+    module = task(model=model, model_config=model_config, lr=1e-3)
     ckpt = {
         "state_dict": module.state_dict(),
         "hyper_parameters": dict(module.hparams),
-        "datamodule_hyper_parameters": {"dataset": "pg19mini", "batch_size": 2, "seed": 0},
+        "datamodule_hyper_parameters": {"dataset": dataset, "batch_size": 2, "seed": 0},
         "pytorch-lightning_version": lightning.__version__,
         "global_step": 3,
         "epoch": 0,

@@ -50,3 +50,32 @@ def test_ignored_targets_do_not_count():
     y[:, 4:] = -100
     nll, count = module._nll((x, y))
     assert count.item() == 8
+
+
+def _fit_batches(module, batches):
+    """Train on ``batches`` (one epoch) with a plain Lightning Trainer; return the weights after."""
+    from lightning import Trainer
+    from torch.utils.data import DataLoader
+
+    trainer = Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+    return {k: v.clone() for k, v in module.model.state_dict().items()}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("fault", [None, "loss", "gradient"])
+def test_a_non_finite_step_is_skipped_and_leaves_the_weights(fault):
+    torch.manual_seed(0)
+    module = CausalLM("transformer_lm_tiny", lr=1e-2, warmup_steps=0)
+    before = {k: v.clone() for k, v in module.model.state_dict().items()}
+    x = torch.randint(0, 256, (2, 17))
+    if fault == "loss":
+        module.model.register_forward_hook(lambda mod, args, out: out * float("nan"))
+    if fault == "gradient":
+        module.model.lm_head.weight.register_hook(lambda g: g * float("inf"))
+    after = _fit_batches(module, [(x[:, :-1], x[:, 1:])] * 2)
+    changed = any(not torch.equal(before[k], after[k]) for k in before)
+    assert changed == (fault is None)
+    assert module.skipped_steps == (0 if fault is None else 2)
+    assert all(v.isfinite().all() for v in after.values())

@@ -73,9 +73,9 @@ def test_export_writes_the_published_files_and_the_registry_entry(published, reg
     assert "transformer-lm" in meta["tags"]
     result = meta["model-index"][0]["results"][0]
     assert result["metrics"][0] == {
-        "type": "bits_per_byte", "value": 7.9, "name": "bits per byte (first 4 windows)"
+        "type": "bits_per_byte", "value": 7.9, "name": "bits/byte (first 4 windows)"
     }  # fmt: skip
-    assert result["dataset"]["split"] == "test"
+    assert result["dataset"]["split"] == "test (slice: first 4 windows)"  # not the test score
     assert "| optimizer steps | 3 |" in card
     context = facts["data"]["seq_len"]  # the fake run's data module leaves it to the model
     assert context == zoo.create_model("transformer_lm_tiny").config.max_seq_len
@@ -262,7 +262,8 @@ def test_registry_names_are_pinned(published):
         (lambda e: e["files"]["model.safetensors"].update(sha256="abc"), "sha256"),
         (lambda e: e.pop("recipe"), "'recipe' is a required property"),
         (lambda e: e.update(colour="blue"), "colour"),
-        (lambda e: e["metrics"][0].update(split="dev"), "metrics.0.split"),
+        (lambda e: e["metrics"][0].update(split="Dev set"), "metrics.0.split"),
+        (lambda e: e.update(task="regression"), "task"),
         (lambda e: e["hub"].update(revision="main"), "hub.revision"),
     ],
 )

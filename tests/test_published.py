@@ -11,6 +11,7 @@ import zoo
 from zoo.evaluation import evaluate
 from zoo.hub import load_registry, sha256_file
 from zoo.hub.cli import _readme_with_table, markdown_table
+from zoo.hub.publish import structure_of
 from zoo.registry import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +44,22 @@ def test_entry_agrees_with_its_shipped_files(entry):
     assert entry.training["tokens"] > 0 and entry.training["wall_time_s"] > 0
 
 
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_structure_metadata_is_what_the_config_and_training_say(entry):
+    """The registry's attention structure is the config's, recomputed from the shipped files: a
+    hand edit or a config change that the metadata does not follow fails here."""
+    folder = REGISTRY.shipped_dir / entry.name
+    config = json.loads((folder / "config.json").read_text())
+    facts = json.loads((folder / "training.json").read_text())
+    assert entry.structure == structure_of(config, facts)
+    assert entry.structure["context"] == entry.config["max_seq_len"]
+    card = (folder / "README.md").read_text()
+    assert (
+        "## Attention structure" in card
+        and f"| `pattern` | `{entry.structure['pattern']}` |" in card
+    )
+
+
 def test_readme_table_is_generated_from_the_registry():
     readme = (REPO / "README.md").read_text()
     assert _readme_with_table(readme, markdown_table(ENTRIES)) == readme, (
@@ -69,3 +86,15 @@ def test_shipped_checkpoint_re_measures_its_registered_metric(entry, data_dir, m
         )
         assert measured.targets == registered.targets
         assert measured.value == pytest.approx(registered.value, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_shipped_checkpoint_verifies_its_golden_logits(entry, monkeypatch):
+    """`zoo verify` on every shipped checkpoint: a change that alters a published model's outputs
+    (code, kernels, a torch upgrade beyond fp32 noise) fails here."""
+    from zoo.golden import verify
+
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
+    assert "golden.json" in entry.files
+    verdict = verify(entry.name)
+    assert verdict.ok, verdict.summary()

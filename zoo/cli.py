@@ -43,10 +43,12 @@ commands:
   average                 average the weights of a run's last N checkpoints
   list                    the published checkpoints (checkpoints.yaml)
   pull                    download and verify a published checkpoint
-  evaluate                bits per byte of a model on a split; --registered re-measures
+  evaluate                bits/byte or bits/dim of a model on a split; --registered re-measures
   export | push           publish a trained run (folder with model card; Hugging Face Hub)
   models                  list the registered models
   pattern                 draw an attention pattern to PNG (see `zoo pattern --help`)
+  verify                  recompute a published model's golden logits and report any drift
+  bench                   time and memory of a checkpoint on this machine (bench.md/.json/.png)
 
 examples:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
@@ -658,32 +660,36 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
 
 
-HUB_COMMANDS = ("list", "pull", "evaluate", "export", "push")
+COMMANDS = {  # command -> (module, function taking the remaining arguments), imported when run
+    "generate": ("zoo.cli", "generate_main"),
+    "sample": ("zoo.cli", "sample_main"),
+    "translate": ("zoo.cli", "translate_main"),
+    "average": ("zoo.cli", "average_main"),
+    "models": ("zoo.cli", "models_main"),
+    "pattern": ("zoo.cli", "pattern_main"),
+    "list": ("zoo.hub.cli", "list_main"),
+    "pull": ("zoo.hub.cli", "pull_main"),
+    "evaluate": ("zoo.hub.cli", "evaluate_main"),
+    "export": ("zoo.hub.cli", "export_main"),
+    "push": ("zoo.hub.cli", "push_main"),
+    "bench": ("zoo.bench", "bench_main"),
+    "verify": ("zoo.golden", "verify_main"),
+}
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
 def _main(args: list[str]) -> None:
+    import importlib
+
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return
     command, rest = args[0], args[1:]
-    if command == "generate":
-        generate_main(rest)
-    elif command == "translate":
-        translate_main(rest)
-    elif command == "sample":
-        sample_main(rest)
-    elif command == "average":
-        average_main(rest)
-    elif command == "models":
-        models_main(rest)
-    elif command == "pattern":
-        pattern_main(rest)
-    elif command in HUB_COMMANDS:
-        from zoo.hub import cli as hub_cli
-
-        getattr(hub_cli, f"{command}_main")(rest)
-    elif command in ("fit", "validate", "test", "predict"):
+    if command in LIGHTNING_COMMANDS:
         run_lightning(args)
+    elif command in COMMANDS:
+        module, function = COMMANDS[command]
+        getattr(importlib.import_module(module), function)(rest)
     else:
         sys.exit(f"zoo: unknown command {command!r}\n\n{USAGE}")
 

@@ -93,6 +93,13 @@ class ModelConfig:
     ``Literal[...]`` fields are checked on construction (:class:`ConfigError` names the choices).
     """
 
+    def structure(self) -> dict[str, Any]:
+        """The attention structure as plain data (the registry's and model cards' ``structure``):
+        ``pattern``, its parameters, ``context`` (positions), ``position`` and ``causal`` (True
+        when no prediction depends on a later position, so the likelihood is strict). Families
+        override it; the base says only what every config knows."""
+        return {"pattern": "unknown", "context": getattr(self, "max_seq_len", None)}
+
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):

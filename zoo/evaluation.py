@@ -35,6 +35,7 @@ __all__ = [
     "PositionProfile",
     "bits_by_position",
     "evaluate",
+    "evaluate_images",
     "find_checkpoint",
     "load_metrics",
     "load_position_profile",
@@ -67,16 +68,18 @@ def find_checkpoint(source: str | os.PathLike) -> Path | None:
     return None
 
 
-def load_task(source: str | os.PathLike):
-    """A :class:`~zoo.tasks.CausalLM` for a ``.ckpt``, a run directory, or anything
-    :func:`zoo.from_pretrained` takes (published name, repo id, ``save_pretrained`` directory)."""
+def load_task(source: str | os.PathLike, task_cls=None):
+    """A :class:`~zoo.tasks.CausalLM` (or ``task_cls``, e.g. :class:`~zoo.tasks.ImageLM`) for a
+    ``.ckpt``, a run directory, or anything :func:`zoo.from_pretrained` takes (published name, repo
+    id, ``save_pretrained`` directory)."""
     from zoo.tasks import CausalLM
 
+    task_cls = task_cls or CausalLM
     ckpt = find_checkpoint(source)
     if ckpt is None:
-        return CausalLM(init_from=str(source))
+        return task_cls(init_from=str(source))
     try:
-        return CausalLM.load_from_checkpoint(ckpt, map_location="cpu")
+        return task_cls.load_from_checkpoint(ckpt, map_location="cpu")
     except Exception as e:
         raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
 
@@ -99,7 +102,8 @@ def evaluate(
     data_dir: str | None = None,
     progress: bool = True,
 ) -> Metric:
-    """Bits per byte of ``source`` (see :func:`load_task`) on ``split`` of ``dataset``.
+    """Bits per byte of ``source`` (see :func:`load_task`) on ``split`` of ``dataset``; bits per
+    dim for an image data set (:func:`evaluate_images`).
 
     Args:
         windows: measure only the first ``windows`` evaluation windows of the split (None: all).
@@ -116,9 +120,18 @@ def evaluate(
         DataNotFoundError: the data set is not found.
     """
     from zoo.data import ByteTextDataModule
+    from zoo.data.images import IMAGE_DATASETS
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if dataset in IMAGE_DATASETS:
+        if first_bytes is not None:
+            raise ConfigError(
+                f"{dataset} is an image data set: give --windows N (images), not first_bytes"
+            )
+        return evaluate_images(source, dataset=dataset, split=split, images=windows,
+                               precision=precision, batch_size=batch_size, data_dir=data_dir,
+                               progress=progress)  # fmt: skip
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
     module = load_task(source)
@@ -154,6 +167,65 @@ def evaluate(
         targets=_targets(module, datamodule, split, windows),
         precision=precision,
         context=context,
+        hardware=hardware(trainer),
+        date=datetime.date.today().isoformat(),
+    )
+
+
+def evaluate_images(
+    source,
+    *,
+    dataset: str = "cifar10",
+    split: str = "test",
+    images: int | None = None,
+    precision: str = "32-true",
+    batch_size: int | None = None,
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> Metric:
+    """Bits per dim of the image model ``source`` (see :func:`load_task`) on ``split``.
+
+    Args:
+        images: measure the seed-0 random sample of this many images that
+            :class:`~zoo.data.ImageDataModule` evaluates with ``limit_eval`` (the files are sorted
+            by class, so the first images would not be a fair slice); None: the whole split.
+        batch_size: images per batch (default 8).
+
+    Returns:
+        a :class:`~zoo.hub.registry.Metric` named ``bits_per_dim`` (``windows``: the images,
+        ``targets``: the sub-pixels scored; ``context``: sub-pixels per image).
+
+    Raises:
+        ConfigError: an unknown split; CheckpointError / HubError: the model cannot be loaded;
+        DataNotFoundError: the data set is not found.
+    """
+    from zoo.data import ImageDataModule
+    from zoo.tasks import ImageLM
+
+    module = load_task(source, ImageLM)
+    datamodule = ImageDataModule(dataset=dataset, data_dir=data_dir, limit_eval=images,
+                                 eval_batch_size=batch_size or 8)  # fmt: skip
+    if module.model.config.max_seq_len < datamodule.seq_len:
+        raise ConfigError(
+            f"{source} has a context of {module.model.config.max_seq_len} positions, fewer than "
+            f"one {dataset} image ({datamodule.seq_len} sub-pixels): it is not a {dataset} model."
+        )
+    trainer = Trainer(accelerator="auto", devices=1, precision=precision, logger=False,
+                      enable_checkpointing=False, enable_model_summary=False,
+                      enable_progress_bar=progress)  # fmt: skip
+    run = trainer.test if split == "test" else trainer.validate
+    run(module, datamodule=datamodule, verbose=False)
+    key = "test/bpd" if split == "test" else "val/bpd"
+    n = len(datamodule.splits["test" if split == "test" else "val"])
+    return Metric(
+        name="bits_per_dim",
+        value=round(float(trainer.callback_metrics[key]), 5),
+        dataset=dataset,
+        split=split,
+        windows=images,
+        targets=n * datamodule.seq_len,
+        precision=precision,
+        context=datamodule.seq_len,
         hardware=hardware(trainer),
         date=datetime.date.today().isoformat(),
     )
@@ -297,9 +369,15 @@ def bits_by_position(
     from torch.utils.data import DataLoader, Subset
 
     from zoo.data import ByteTextDataModule
+    from zoo.data.images import IMAGE_DATASETS
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if dataset in IMAGE_DATASETS:
+        raise ConfigError(
+            f"bits by position measures byte-level text models; {dataset} is an image data set "
+            f"(measure it with zoo evaluate SOURCE --dataset {dataset})"
+        )
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
     if context is not None and context <= 0:

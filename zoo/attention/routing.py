@@ -130,8 +130,23 @@ class SphericalKMeans(nn.Module):
             f"heads={H}, clusters={k}, d_head={D}, decay={self.decay}, normalize={self.normalize}"
         )
 
+    def _keep_fp32(self) -> None:
+        """Put the centroids back to fp32 where something cast them without :meth:`_apply`.
+
+        FSDP's mixed precision does: it casts every floating buffer to ``buffer_dtype`` by
+        replacing its ``.data``, and Lightning's FSDP precision sets ``buffer_dtype`` to the compute
+        dtype (bf16 for ``bf16-mixed``). Bf16 centroids failed :meth:`scores` (``expected scalar
+        type Float but found BFloat16``; tests/test_ddp.py). FSDP casts once, at its first
+        forward, so the centroids it started from come back rounded to bf16 (a k-means init fits
+        after that); the EMA then runs in fp32, and a full state dict saves them in fp32 without
+        casting again (measured with torch's FSDP on CPU). A no-op when they are fp32.
+        """
+        if self.centroids.dtype != torch.float32:
+            self.centroids.data = self.centroids.data.float()
+
     def scores(self, x: Tensor) -> Tensor:
         """``mu x^T``: ``x`` ``(B, H, T, D)`` -> ``(B, H, k, T)`` in fp32 (also under autocast)."""
+        self._keep_fp32()
         with torch.autocast(x.device.type, enabled=False):
             return torch.einsum("hkd,bhtd->bhkt", self.centroids, x.float())
 
@@ -146,7 +161,12 @@ class SphericalKMeans(nn.Module):
         """One EMA step from queries ``q`` and keys ``k`` ``(B, H, T, D)`` (``None``: shared).
 
         ``padding_mask`` ``(B, T)`` bool, True at padding: those tokens do not move centroids.
+        Under ``torch.distributed`` (DDP, FSDP) each centroid's sum and count are all-reduced
+        first: every process applies the update of the global batch, which is what one process
+        would do with the whole batch (Roy et al. 2020, §4.1: an exponential moving average of
+        the queries and keys assigned to the centroid; tests/test_ddp.py).
         """
+        self._keep_fp32()
         both, both_mask = q, padding_mask  # the vectors init and revival look at
         if k is not None:
             both = torch.cat([q, k], 2)
@@ -183,6 +203,7 @@ class SphericalKMeans(nn.Module):
         """Fit the centroids to ``x`` ``(B, H, T, D)``: k-means++ seeds, then ``init_iters`` Lloyd
         steps of spherical k-means, per head. Under ``torch.distributed`` rank 0's fit is
         broadcast, so every process starts from the same centroids."""
+        self._keep_fp32()
         v = self._vectors(x, padding_mask)  # (H, N, D)
         H, N, D = v.shape
         k = self.centroids.shape[1]

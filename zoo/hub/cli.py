@@ -1,18 +1,19 @@
 """The checkpoint commands of ``zoo``: list, pull, evaluate, export, push.
 
-zoo list [PATTERN] [--markdown | --write-readme]
+zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--context '>=4096']
+         [--markdown | --write-readme]
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
 zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--out-dir DIR]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
+           [--samples PNG] [--bench DIR]
 zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import logging
 import os
 import re
@@ -21,6 +22,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from zoo.errors import ConfigError
 
 __all__ = ["evaluate_main", "export_main", "list_main", "markdown_table", "pull_main", "push_main"]
 
@@ -37,17 +40,17 @@ def _console() -> Console:
 
 
 def _whole(entry, split: str) -> str:
-    """The bits per byte measured on the whole ``split`` (fp32), or a dash."""
-    m = next((m for m in entry.metrics if m.split == split and m.windows is None), None)
-    return f"{m.value:.3f}" if m else "–"
+    """The task's metric measured on the whole ``split`` (``1.803 bits/byte``), or a dash."""
+    m = entry.whole_split(split)
+    return f"{m.value:.{max(2, m.kind.digits - 1)}f} {m.kind.unit}" if m else "–"
 
 
 def markdown_table(entries) -> str:
-    """The README's table of published checkpoints."""
+    """The README's table of published checkpoints (whole splits only: slices never show)."""
     lines = [
-        "| checkpoint | family | params | context | data | valid bits/byte | test bits/byte "
+        "| checkpoint | family | task | params | context | data | valid | test "
         "| trained on | recipe |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
         t = e.training
@@ -56,7 +59,7 @@ def markdown_table(entries) -> str:
             f"{t.get('hardware')}"
         )
         lines.append(
-            f"| `{e.name}` | {e.model_type} | {e.parameters / 1e6:.2f}M | "
+            f"| `{e.name}` | {e.model_type} | {e.task} | {e.parameters / 1e6:.2f}M | "
             f"{e.config.get('max_seq_len')} | {e.dataset} | {_whole(e, 'valid')} | "
             f"{_whole(e, 'test')} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
         )
@@ -72,18 +75,32 @@ def _readme_with_table(readme: str, table: str) -> str:
 
 def list_main(args: list[str]) -> None:
     from zoo.hub import load_registry, weights_source
+    from zoo.hub.registry import TASKS, list_pretrained
 
     parser = argparse.ArgumentParser(prog="zoo list", description="The published checkpoints.")
     parser.add_argument("pattern", nargs="?", help="a glob over names, e.g. 'routing*'")
+    parser.add_argument("--task", choices=sorted(TASKS))
+    parser.add_argument("--attention", metavar="PATTERN",
+                        help="the attention pattern: dense, fixed, strided, local, routing, ...")  # fmt: skip
+    causal = parser.add_mutually_exclusive_group()
+    causal.add_argument("--causal", action="store_const", const=True, dest="causal",
+                        help="only strictly causal evaluation")  # fmt: skip
+    causal.add_argument("--lookahead", action="store_const", const=False, dest="causal",
+                        help="only models whose evaluation looks ahead (top-w routing)")  # fmt: skip
+    parser.add_argument("--context", metavar="N", help="context length: N, '>=4096', '<1024', ...")
     parser.add_argument("--markdown", action="store_true", help="print the README's table")
     parser.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
                         help="regenerate the table in README (default README.md)")  # fmt: skip
     ns = parser.parse_args(args)
     registry = load_registry()
-    entries = [
-        e for e in registry.entries.values()
-        if ns.pattern is None or fnmatch.fnmatchcase(e.name, ns.pattern)
-    ]  # fmt: skip
+    filters = (ns.pattern, ns.task, ns.attention, ns.causal, ns.context)
+    if ns.write_readme and any(f is not None for f in filters):
+        parser.error("--write-readme writes every checkpoint: no filters")
+    try:
+        entries = list_pretrained(ns.pattern, task=ns.task, attention=ns.attention,
+                                  causal=ns.causal, context=ns.context)  # fmt: skip
+    except ConfigError as e:
+        parser.error(str(e))
     if ns.markdown or ns.write_readme:
         table = markdown_table(entries)
         if ns.write_readme:
@@ -93,14 +110,19 @@ def list_main(args: list[str]) -> None:
         else:
             print(table)
         return
+    if not entries:
+        print("no published checkpoint matches these filters")
+        return
     table = Table(title=f"published checkpoints ({registry.path})")
-    for col in ("name", "family", "params", "data", "test bits/byte", "weights from"):
-        right = col in ("params", "test bits/byte")
+    for col in ("name", "attention", "context", "params", "data", "test", "weights from"):
+        right = col in ("params", "test", "context")
         table.add_column(col, justify="right" if right else "left", no_wrap=True)
     for e in entries:
+        st = e.structure
         table.add_row(
             e.name,
-            e.model_type.removesuffix("_lm").replace("_", " "),
+            st.get("pattern", "?") + ("" if st.get("causal", True) else " (looks ahead)"),
+            f"{st.get('context', 0):,}",
             f"{e.parameters / 1e6:.2f}M",
             e.dataset,
             _whole(e, "test"),
@@ -132,14 +154,17 @@ def evaluate_main(args: list[str]) -> None:
 
     parser = argparse.ArgumentParser(
         prog="zoo evaluate",
-        description="Measure bits per byte of a model on a split: a published name, a Hub repo id, "
-        "a save_pretrained directory, a run directory or a .ckpt.",
+        description="Measure a model on a split: bits per byte (text) or bits per dim (images). "
+        "SOURCE is a published name, a Hub repo id, a save_pretrained directory, a run directory "
+        "or a .ckpt.",
     )
     parser.add_argument("source")
-    parser.add_argument("--dataset", default="pg19mini")
+    parser.add_argument("--dataset", help="default: the published checkpoint's, the run's, or "
+                        "pg19mini")  # fmt: skip
     parser.add_argument("--split", default="test", choices=("valid", "test"))
     first = parser.add_mutually_exclusive_group()
-    first.add_argument("--windows", type=int, help="only the first N windows of the split")
+    first.add_argument("--windows", type=int, help="only the first N windows of the split (image "
+                       "data sets: a seed-0 sample of N images)")  # fmt: skip
     first.add_argument(
         "--first-bytes", type=int, help="only the windows covering the first N bytes of the split"
     )
@@ -152,7 +177,8 @@ def evaluate_main(args: list[str]) -> None:
         action="store_true",
         help="re-measure every metric checkpoints.yaml registers for SOURCE and compare",
     )
-    parser.add_argument("--tolerance", type=float, default=0.002, help="bits/byte, --registered")
+    parser.add_argument("--tolerance", type=float, help="--registered: the largest difference "
+                        "allowed (default per metric: 0.002 bits, 0.05 BLEU or perplexity)")  # fmt: skip
     by = parser.add_argument_group("bits per byte by position in the window")
     by.add_argument("--by-position", action="store_true",
                     help="bits per byte by position of the predicted byte in its window: a table, "
@@ -171,6 +197,7 @@ def evaluate_main(args: list[str]) -> None:
         )
     _quiet_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
+    ns.dataset = ns.dataset or _dataset_of(ns.source)
     if ns.by_position:
         _by_position(ns)
         return
@@ -178,30 +205,50 @@ def evaluate_main(args: list[str]) -> None:
         m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
                      first_bytes=ns.first_bytes, precision=ns.precision,
                      batch_size=ns.batch_size, data_dir=ns.data_dir)  # fmt: skip
-        print(f"{ns.source}: {m.value:.4f} bits/byte on {m.label}, {m.precision}")
+        print(f"{ns.source}: {m.format()} {m.kind.unit} on {m.label}, {m.precision}")
         if ns.out:
             save_metric(m, ns.out)
             print(f"recorded in {ns.out}")
         return
     entry = load_registry().get(ns.source)
-    table = Table(title=f"{entry.name}: registered vs measured bits per byte")
-    for col in ("measured on", "precision", "registered", "measured", "difference"):
-        table.add_column(col, justify="left" if col == "measured on" else "right")
-    failed = False
+    table = Table(title=f"{entry.name}: registered vs measured")
+    for col in ("metric", "measured on", "precision", "registered", "measured", "difference"):
+        table.add_column(col, justify="left" if col in ("metric", "measured on") else "right")
+    failed = []
     for reg in entry.metrics:
         m = evaluate(entry.name, dataset=reg.dataset, split=reg.split, windows=reg.windows,
                      precision=reg.precision, data_dir=ns.data_dir)  # fmt: skip
         diff = m.value - reg.value
-        ok = abs(diff) <= ns.tolerance
-        failed |= not ok
+        tolerance = reg.kind.tolerance if ns.tolerance is None else ns.tolerance
+        ok = abs(diff) <= tolerance
+        if not ok:
+            failed.append(f"{reg.label}: {diff:+.4f} {reg.kind.unit} (tolerance {tolerance})")
         style = "green" if ok else "bold red"
-        table.add_row(reg.label, reg.precision, f"{reg.value:.4f}", f"{m.value:.4f}",
+        table.add_row(reg.kind.unit, reg.label, reg.precision, reg.format(), m.format(),
                       f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
     _console().print(table)
     if failed:
-        sys.exit(
-            f"zoo evaluate: a metric differs from checkpoints.yaml by more than {ns.tolerance}"
-        )
+        sys.exit("zoo evaluate: measured values differ from checkpoints.yaml: " + "; ".join(failed))
+
+
+def _dataset_of(source: str) -> str:
+    """The data set a source was trained on: a published checkpoint's, a Lightning run's (its
+    data module's ``dataset``), else ``pg19mini``."""
+    from zoo.errors import ZooError
+    from zoo.evaluation import find_checkpoint
+    from zoo.hub import load_registry
+
+    try:
+        ckpt = find_checkpoint(source)
+    except ZooError:
+        ckpt = None
+    if ckpt is not None:
+        import torch
+
+        hp = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        return (hp.get("datamodule_hyper_parameters") or {}).get("dataset") or "pg19mini"
+    entry = load_registry().entries.get(source)
+    return entry.dataset if entry is not None else "pg19mini"
 
 
 def _sanitised(source: str) -> str:
@@ -267,6 +314,10 @@ def export_main(args: list[str]) -> None:
     parser.add_argument("--register", action="store_true", help="add the entry to checkpoints.yaml")
     parser.add_argument("--by-position", metavar="DIR", help="the folder of `zoo evaluate RUN "
                         "--by-position` (by_position.md/.json/.png): published, in the card")  # fmt: skip
+    parser.add_argument("--samples", metavar="PNG", help="an image model's `zoo sample --out PNG` "
+                        "grid (and its _completions.png): published, in the card")  # fmt: skip
+    parser.add_argument("--bench", metavar="DIR", help="the folder of `zoo bench NAME --out-dir "
+                        "DIR` (bench.md/.json/.png): published, in the card")  # fmt: skip
     ns = parser.parse_args(args)
     results = ns.results or str(Path(ns.run) / "results.json")
     metrics = load_metrics(results)
@@ -278,6 +329,8 @@ def export_main(args: list[str]) -> None:
         metrics=metrics,
         repo_id=ns.repo_id,
         by_position=ns.by_position,
+        samples=ns.samples,
+        bench=ns.bench,
     )
     print(f"exported {ns.run} to {out}")
     if ns.register:

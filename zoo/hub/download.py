@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 LOAD_FILES = ("config.json", "model.safetensors")  # what from_pretrained needs
-# loaded too when a checkpoint has them: translation models' tokenizer; save_pretrained's manifest
-OPTIONAL_FILES = ("tokenizer.json", "manifest.json")
+# loaded too when a checkpoint has them: translation models' tokenizer; save_pretrained's manifest;
+# the golden logits that `zoo verify` compares with (zoo.golden)
+OPTIONAL_FILES = ("tokenizer.json", "manifest.json", "golden.json")
 
 
 def load_files(entry: CheckpointEntry) -> tuple[str, ...]:

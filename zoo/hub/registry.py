@@ -26,13 +26,17 @@ import jsonschema
 import yaml
 
 from zoo.config import suggest
-from zoo.errors import RegistryError, UnknownModelError
+from zoo.errors import ConfigError, RegistryError, UnknownModelError
 
 __all__ = [
+    "METRICS",
     "SCHEMA",
+    "TASKS",
     "CheckpointEntry",
     "Metric",
+    "MetricKind",
     "Registry",
+    "context_filter",
     "list_pretrained",
     "load_registry",
 ]
@@ -40,23 +44,88 @@ __all__ = [
 REGISTRY_FILE = "checkpoints.yaml"
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+
+@dataclass(frozen=True)
+class MetricKind:
+    """What a metric's numbers mean: its unit, what ``targets`` and ``windows`` count, and its
+    direction (the registry schema, model cards and ``zoo evaluate --registered`` read it)."""
+
+    unit: str  # as printed after a value: "bits/byte"
+    targets: str  # what ``Metric.targets`` counts: "bytes"
+    windows: str  # what ``Metric.windows`` counts: "windows" (of the context), "images", ...
+    lower_is_better: bool
+    digits: int = 4  # decimals printed
+    tolerance: float = 0.002  # default |registered - measured| allowed by --registered
+    slice: str = "first {n:,} {windows}"  # what a slice of n units is
+
+    def measured_on(self, n: int | None) -> str:
+        """``"all images"``, ``"first 16 windows"``: the whole split (``n`` None) or a slice."""
+        return f"all {self.windows}" if n is None else self.slice.format(n=n, windows=self.windows)
+
+
+METRICS: dict[str, MetricKind] = {
+    "bits_per_byte": MetricKind("bits/byte", "bytes", "windows", lower_is_better=True),
+    "bits_per_dim": MetricKind(
+        "bits/dim",
+        "sub-pixels",
+        "images",
+        lower_is_better=True,
+        slice="{n:,} images (the seed-0 sample, ImageDataModule limit_eval)",
+    ),  # fmt: skip
+    "perplexity": MetricKind(
+        "perplexity", "tokens", "windows", lower_is_better=True, digits=2, tolerance=0.05
+    ),  # fmt: skip
+    "bleu": MetricKind(
+        "BLEU", "sentences", "sentences", lower_is_better=False, digits=2, tolerance=0.05
+    ),  # fmt: skip
+}
+"""The metrics a checkpoint can register. ``bleu`` also records sacrebleu's ``signature`` and the
+``decoding`` settings (beam size, length penalty alpha, checkpoint averaging)."""
+
 _METRIC = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name", "value", "dataset", "split", "windows", "targets", "precision"],
     "properties": {
-        "name": {"enum": ["bits_per_byte"]},
+        "name": {"enum": sorted(METRICS)},
         "value": {"type": "number"},
         "dataset": {"type": "string"},
-        "split": {"enum": ["train", "valid", "test"]},
+        "split": {"type": "string", "pattern": r"^[a-z0-9_]+$"},  # train, valid, test, test2016
         "windows": {"type": ["integer", "null"], "minimum": 1},  # null: the whole split
         "context": {"type": "integer", "minimum": 1},
-        "targets": {"type": "integer", "minimum": 1},  # bytes scored
+        "targets": {"type": "integer", "minimum": 1},  # the units scored (METRICS[name].targets)
         "precision": {"type": "string"},
         "hardware": {"type": "string"},
         "date": {"type": "string"},
+        "signature": {"type": "string"},  # bleu: sacrebleu's signature
+        "decoding": {"type": "object"},  # bleu: beam, alpha, averaged checkpoints
+    },
+    "allOf": [
+        {
+            "if": {"properties": {"name": {"const": "bleu"}}},
+            "then": {"required": ["signature", "decoding"]},
+        }
+    ],
+}
+_STRUCTURE = {  # the attention structure: the config's structure() and the trained context
+    "type": "object",
+    "required": ["pattern", "context", "causal", "trained_context"],
+    "properties": {
+        "pattern": {"type": "string"},
+        "context": {"type": "integer", "minimum": 1},
+        "trained_context": {"type": "integer", "minimum": 1},
+        "causal": {"type": "boolean"},
     },
 }
+
+TASKS: dict[str, str] = {  # task -> its headline metric
+    "causal_lm": "bits_per_byte",  # zoo.tasks.CausalLM on a byte-level text data set
+    "image_lm": "bits_per_dim",  # zoo.tasks.ImageLM on an image data set
+    "translation": "bleu",  # zoo.tasks.Translation on a parallel corpus
+}
+"""The tasks a checkpoint can be published for, each with the metric its tables show."""
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -72,6 +141,8 @@ SCHEMA: dict[str, Any] = {
                 "required": [
                     "model",
                     "model_type",
+                    "task",
+                    "structure",
                     "parameters",
                     "dataset",
                     "description",
@@ -85,6 +156,7 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "model": {"type": "string"},
                     "model_type": {"type": "string"},
+                    "task": {"enum": sorted(TASKS)},
                     "parameters": {"type": "integer", "minimum": 1},
                     "dataset": {"type": "string"},
                     "description": {"type": "string"},
@@ -115,6 +187,7 @@ SCHEMA: dict[str, Any] = {
                     },
                     "metrics": {"type": "array", "minItems": 1, "items": _METRIC},
                     "training": {"type": "object"},
+                    "structure": _STRUCTURE,
                 },
             },
         },
@@ -124,10 +197,12 @@ SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Metric:
-    """One measured metric of a checkpoint (``value`` in bits per byte for ``bits_per_byte``).
+    """One measured metric of a checkpoint: ``value`` in the unit of ``METRICS[name]``.
 
-    ``windows`` is ``None`` for the whole split, else the number of evaluation windows (of
-    ``context`` bytes, in the split's order) measured; ``targets`` the bytes scored.
+    ``windows`` is ``None`` for the whole split, else how many evaluation units were measured, in
+    the split's order (a slice: windows of ``context`` tokens, images, or sentences); ``targets``
+    counts what was scored (bytes, sub-pixels, sentences). BLEU adds sacrebleu's ``signature`` and
+    the ``decoding`` settings.
     """
 
     name: str
@@ -140,11 +215,31 @@ class Metric:
     context: int | None = None
     hardware: str | None = None
     date: str | None = None
+    signature: str | None = None
+    decoding: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> MetricKind:
+        return METRICS[self.name]
+
+    @property
+    def whole(self) -> bool:
+        """Measured on the whole split (else a slice, which never stands for the split's score)."""
+        return self.windows is None
+
+    @property
+    def measured_on(self) -> str:
+        """``"all images"`` or ``"first 16 windows"``."""
+        return self.kind.measured_on(self.windows)
 
     @property
     def label(self) -> str:
-        part = "all" if self.windows is None else f"first {self.windows} windows"
-        return f"{self.dataset} {self.split} ({part}, {self.targets:,} bytes)"
+        """``"cifar10 test (all images, 30,720,000 sub-pixels)"``."""
+        return f"{self.dataset} {self.split} ({self.measured_on}, {self.targets:,} {self.kind.targets})"
+
+    def format(self, value: float | None = None) -> str:
+        """``value`` (default this metric's) with the metric's decimals: ``"1.8030"``."""
+        return f"{self.value if value is None else value:.{self.kind.digits}f}"
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None or k == "windows"}
@@ -157,6 +252,7 @@ class CheckpointEntry:
     name: str
     model: str
     model_type: str
+    task: str
     parameters: int
     dataset: str
     description: str
@@ -167,12 +263,30 @@ class CheckpointEntry:
     files: dict[str, dict[str, Any]]
     metrics: tuple[Metric, ...]
     training: dict[str, Any] = field(default_factory=dict)
+    structure: dict[str, Any] = field(default_factory=dict)
+    """The attention structure (``config.structure()`` of the model's family, checked against
+    ``config`` by the tests) plus ``trained_context``, the longest training window: ``pattern``
+    and its parameters, ``context``, ``position``, and ``causal`` (False when evaluation looks
+    ahead, as top-w routing does)."""
 
     @property
     def headline(self) -> Metric:
-        """The metric shown in tables: the whole test split if measured, else the first one."""
-        whole = [m for m in self.metrics if m.windows is None and m.split == "test"]
-        return (whole or list(self.metrics))[0]
+        """The metric shown in tables: the task's metric on the whole test split if measured,
+        else the task's first metric, else the first one."""
+        own = [m for m in self.metrics if m.name == TASKS[self.task]] or list(self.metrics)
+        whole = [m for m in own if m.whole and m.split.startswith("test")]
+        return (whole or own)[0]
+
+    def whole_split(self, split: str) -> Metric | None:
+        """The task's metric measured on the whole ``split``, if registered."""
+        return next(
+            (
+                m
+                for m in self.metrics
+                if m.name == TASKS[self.task] and m.whole and m.split == split
+            ),
+            None,
+        )
 
     @classmethod
     def from_dict(cls, name: str, d: dict[str, Any]) -> CheckpointEntry:
@@ -180,6 +294,7 @@ class CheckpointEntry:
             name=name,
             model=d["model"],
             model_type=d["model_type"],
+            task=d["task"],
             parameters=d["parameters"],
             dataset=d["dataset"],
             description=d["description"],
@@ -190,12 +305,14 @@ class CheckpointEntry:
             files={k: dict(v) for k, v in d["files"].items()},
             metrics=tuple(Metric(**m) for m in d["metrics"]),
             training=dict(d["training"]),
+            structure=dict(d["structure"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "model_type": self.model_type,
+            "task": self.task,
             "parameters": self.parameters,
             "dataset": self.dataset,
             "description": self.description,
@@ -204,6 +321,7 @@ class CheckpointEntry:
             "files": self.files,
             "metrics": [m.to_dict() for m in self.metrics],
             "training": self.training,
+            "structure": self.structure,
             "config": self.config,
         }
 
@@ -316,11 +434,62 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
     return Registry(path, entries)
 
 
-def list_pretrained(pattern: str | None = None) -> list[CheckpointEntry]:
-    """The published checkpoints (``zoo list`` in scripts), optionally filtered by a glob.
+def list_pretrained(
+    pattern: str | None = None,
+    *,
+    task: str | None = None,
+    attention: str | None = None,
+    causal: bool | None = None,
+    context: str | int | None = None,
+) -> list[CheckpointEntry]:
+    """The published checkpoints (``zoo list`` in scripts), filtered.
 
-    Each :class:`CheckpointEntry` has the model, size, data, metrics, Hub repo and revision;
-    :func:`zoo.hub.weights_source` says where its weights would come from on this machine.
+    Args:
+        pattern: a glob over names (``"routing*"``).
+        task: ``causal_lm``, ``image_lm`` or ``translation``.
+        attention: the structure's pattern (``dense``, ``fixed``, ``strided``, ``local``,
+            ``routing``, ``local_1d``, ``local_2d``, ``encoder-decoder``).
+        causal: True keeps checkpoints whose evaluation is strictly causal, False those that
+            look ahead (top-w routing).
+        context: the model's context in positions: a number, or a comparison such as
+            ``">=4096"`` (operators ``>=``, ``<=``, ``>``, ``<``, ``==``).
+
+    Each :class:`CheckpointEntry` has the model, size, data, metrics, structure, Hub repo and
+    revision; :func:`zoo.hub.weights_source` says where its weights would come from here.
+
+    Raises:
+        ConfigError: ``context`` is not a number or a comparison with one.
     """
-    entries = load_registry().entries.values()
-    return [e for e in entries if pattern is None or fnmatch.fnmatchcase(e.name, pattern)]
+    keep = context_filter(context)
+    return [
+        e
+        for e in load_registry().entries.values()
+        if (pattern is None or fnmatch.fnmatchcase(e.name, pattern))
+        and (task is None or e.task == task)
+        and (attention is None or e.structure.get("pattern") == attention)
+        and (causal is None or e.structure.get("causal") == causal)
+        and keep(e.structure.get("context"))
+    ]
+
+
+def context_filter(spec: str | int | None):
+    """A predicate on a context length from ``">=4096"``, ``"<512"``, ``"4096"`` or ``None``.
+
+    Raises:
+        ConfigError: ``spec`` is not a number or a comparison with one.
+    """
+    import operator
+    import re
+
+    if spec is None:
+        return lambda n: True
+    ops = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
+           "==": operator.eq, "": operator.eq}  # fmt: skip
+    match = re.fullmatch(r"\s*(>=|<=|>|<|==|)\s*(\d[\d_,]*)\s*", str(spec))
+    if match is None:
+        raise ConfigError(
+            f"context filter {spec!r} is not a length or a comparison: write e.g. '>=4096', "
+            "'<1024' or '4096'"
+        )
+    op, bound = ops[match[1]], int(match[2].replace(",", "").replace("_", ""))
+    return lambda n: n is not None and op(n, bound)

@@ -63,6 +63,18 @@ class ImageTransformerConfig(TransformerConfig):
     tie_weights: bool = False  # tied, the input sub-pixel dominates the initial logits (13.6 nats)
     block_size: int = 32  # block edge of the block-sparse layout (work, not semantics)
 
+    def structure(self) -> dict[str, Any]:
+        """Local 1-D or 2-D attention over the raster sequence (Parmar et al. 2018, §3.2)."""
+        params = (
+            {"query_block": self.query_block, "memory": self.memory}
+            if self.attention == "local_1d"
+            else {"query_height": self.query_height, "query_width": self.query_width,
+                  "memory_height": self.memory_height, "memory_width": self.memory_width}
+        )  # fmt: skip
+        return {"pattern": self.attention, **params, "block_size": self.block_size,
+                "image_shape": list(self.image_shape), "context": self.max_seq_len,
+                "position": self.position, "causal": True}  # fmt: skip
+
     def __post_init__(self) -> None:
         if isinstance(self.image_shape, list):  # from JSON / YAML
             object.__setattr__(self, "image_shape", tuple(self.image_shape))

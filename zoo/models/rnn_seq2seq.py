@@ -34,7 +34,7 @@ width, H hidden width, V vocab_size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tokenizers import Tokenizer
@@ -72,6 +72,12 @@ class LSTMSeq2SeqConfig(ModelConfig):
     def d_model(self) -> int:
         """The width the Translation task's learning-rate schedule scales with (``d_model^-0.5``)."""
         return self.d_hidden
+
+    def structure(self) -> dict[str, Any]:
+        """LSTM encoder-decoder with ``score`` and ``mapping`` over the source states (Luong et
+        al. 2015; Bahdanau et al. 2015)."""
+        return {"pattern": "encoder-decoder", "score": self.score, "mechanism": self.mapping,
+                "context": self.max_seq_len, "position": "recurrent", "causal": True}  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

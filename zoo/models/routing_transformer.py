@@ -53,6 +53,30 @@ class RoutingTransformerConfig(TransformerConfig):
     revive_below: float = 0.25  # move centroids with occupancy < this onto poorly covered tokens
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
 
+    def structure(self) -> dict[str, Any]:
+        """Local and routing heads (Roy et al. 2020, §4). Top-w routing assigns each cluster's
+        members by looking at the whole sequence, so its likelihood is not strictly causal. With
+        no routing heads the model is local attention (dense where the window covers the
+        context), as the paper's ablations."""
+        layers = self.n_layers if self.n_routing_layers is None else self.n_routing_layers
+        routing_heads = (self.n_heads - self.n_local_heads) if layers else 0
+        common = {"context": self.max_seq_len, "position": self.position}
+        if not routing_heads:
+            dense = self.window >= self.max_seq_len
+            return {"pattern": "dense" if dense else "local", "window": self.window, **common,
+                    "causal": True}  # fmt: skip
+        return {
+            "pattern": "routing",
+            "local_heads": self.n_local_heads,
+            "routing_heads": routing_heads,
+            "routing_layers": layers,
+            "window": self.window,
+            "clusters": self.n_clusters,
+            "routing": self.routing,
+            **common,
+            "causal": self.routing != "topw",
+        }
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for key in ("window", "n_clusters"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from tokenizers import Tokenizer
@@ -55,6 +55,12 @@ class TransformerSeq2SeqConfig(ModelConfig):
     pad_id: int = 0  # padding token: masked out of every attention's keys
     bias: bool = True
     layer_norm_eps: float = 1e-5
+
+    def structure(self) -> dict[str, Any]:
+        """Encoder self-attention over the whole source, causal decoder self-attention, and
+        encoder-decoder attention (Vaswani et al. 2017, §3.2.3)."""
+        return {"pattern": "encoder-decoder", "mechanism": self.attention_mapping,
+                "context": self.max_seq_len, "position": "sinusoidal", "causal": True}  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -63,6 +63,18 @@ class SparseTransformerConfig(TransformerConfig):
     # the paper's initialisation (§5.2, §6), or "gpt2": the Transformer family's N(0, 0.02)
     init_scheme: Literal["sparse_transformer", "gpt2"] = "sparse_transformer"
 
+    def structure(self) -> dict[str, Any]:
+        """The factorized pattern and its parameters (Child et al. 2019, §4.2, §5.1)."""
+        params = {
+            "fixed": {"stride": self.stride, "c": self.c},
+            "strided": {"stride": self.stride},
+            "local": {"window": self.window},
+            "causal": {},
+        }[self.pattern]
+        return {"pattern": self.pattern, **params, "integration": self.integration,
+                "block_size": self.block_size, "context": self.max_seq_len,
+                "position": self.position, "causal": True}  # fmt: skip
+
     def __post_init__(self) -> None:
         if isinstance(self.position_shape, list):  # from JSON / YAML
             object.__setattr__(self, "position_shape", tuple(self.position_shape))
@@ -272,7 +284,7 @@ register_preset(
     "the paper's enwik8 model (§7.3: 30 layers, 8 heads, d=512, fixed, stride 128, c=32, merged, "
     "context 12,288): GPU-sized",
 )
-register_preset(
+_cifar10 = register_preset(
     "sparse_transformer_cifar10",
     SparseTransformerLM,
     SparseTransformerConfig(
@@ -291,4 +303,12 @@ register_preset(
     ),  # fmt: skip
     "CIFAR-10 (§7.2's setup, small): strided, stride 96 = one row of sub-pixels (A1 the row "
     "before, A2 the column above), row/column/channel embeddings, half-width ff, 4 layers, d=256",
+)
+register_preset(
+    "sparse_transformer_cifar10_rotary",
+    SparseTransformerLM,
+    _cifar10.config.replace(position="rotary", init_scheme="gpt2", tie_weights=True),
+    "CIFAR-10, strided (stride 96 = one row of sub-pixels), with the long-context fix: rotary "
+    "positions instead of row/column/channel embeddings, GPT-2 init, tied output; half-width ff, "
+    "4 layers, d=256",
 )

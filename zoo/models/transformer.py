@@ -62,6 +62,12 @@ class TransformerConfig(ModelConfig):
     bias: bool = True  # biases in linear layers
     layer_norm_eps: float = 1e-5
 
+    def structure(self) -> dict[str, Any]:
+        """Dense causal self-attention (Vaswani et al. 2017, §3.2) with ``mechanism`` as its
+        probability mapping; see :meth:`ModelConfig.structure`."""
+        return {"pattern": "dense", "mechanism": self.attention, "context": self.max_seq_len,
+                "position": self.position, "causal": True}  # fmt: skip
+
     def __post_init__(self) -> None:
         super().__post_init__()  # Literal fields
         for key in ("vocab_size", "max_seq_len", "d_model", "n_layers", "n_heads", "d_ff"):

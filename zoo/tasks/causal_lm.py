@@ -166,6 +166,7 @@ class CausalLM(LightningModule):
         else:
             self.model = _init_from(init_from, model_config or {}, model)
         self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.model(idx)
@@ -179,9 +180,12 @@ class CausalLM(LightningModule):
         )
         return nll_sum, (y != -100).sum()
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor | None:
         nll_sum, count = self._nll(batch)
         loss = nll_sum / count.clamp(min=1)
+        if not torch.isfinite(loss):
+            self._skip(f"the loss is {loss.item()}")
+            return None  # Lightning then skips backward and the optimizer step
         self.train_bpb(nll_sum, count)
         self.log("train/loss", loss, prog_bar=True)
         self.log(f"train/{self.metric_key}", self.train_bpb, prog_bar=True)
@@ -191,6 +195,26 @@ class CausalLM(LightningModule):
             for name, value in self.model.training_logs().items():
                 self.log(f"train/{name}", value)
         return loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Skip the step (drop every gradient: AdamW leaves parameters without one untouched) when
+        a gradient is inf or NaN: one bad step would otherwise turn every weight into NaN."""
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None]  # fmt: skip
+        if grads and not torch.stack([g.isfinite().all() for g in grads]).all():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+            self._skip("a gradient is not finite")
+
+    def _skip(self, why: str) -> None:
+        """Count and report a skipped optimizer step (``train/skipped_steps``)."""
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        self.skipped_steps += 1
+        rank_zero_warn(f"step {self.global_step}: {why}; skipped the update "
+                       f"({self.skipped_steps} skipped so far)")  # fmt: skip
+        self.log("train/skipped_steps", float(self.skipped_steps))
 
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: BitsPerByte) -> None:
         nll_sum, count = self._nll(batch)

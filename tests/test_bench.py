@@ -1,0 +1,157 @@
+"""`zoo bench`: benchmark cards of tiny saved models. Behaviour only (rows, files, schema, errors),
+never speed: one repeat, no warm-up, 4 new tokens."""
+
+import json
+import math
+
+import pytest
+import torch
+
+import zoo
+from zoo.bench import BenchRow, bench_lengths, benchmark, measure_length
+from zoo.cli import main
+
+FAST = dict(warmup=0, repeats=1, new_tokens=4)
+FAST_ARGS = ["--warmup", "0", "--repeats", "1", "--new-tokens", "4"]
+ROW_KEYS = {
+    "seq_len", "forward_s", "forward_peak_bytes", "prompt_tokens", "new_tokens",
+    "generate_tokens_per_s", "generate_peak_bytes", "train_step_s", "train_peak_bytes",
+}  # fmt: skip
+CARD_KEYS = {
+    "format", "name", "model_type", "parameters", "context", "device", "hardware",
+    "torch_version", "precision", "repeats", "warmup", "memory", "date", "zoo_version", "rows",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """save_pretrained folders of tiny models: a language model of context 1024, an image model
+    of context 48, a sparse model of context 256 and an encoder-decoder."""
+    root = tmp_path_factory.mktemp("bench_models")
+    torch.manual_seed(0)
+    zoo.create_model("transformer_lm_tiny", max_seq_len=1024).save_pretrained(root / "lm")
+    zoo.create_model("image_transformer_tiny").save_pretrained(root / "image")
+    zoo.create_model("sparse_transformer_tiny").save_pretrained(root / "sparse")
+    zoo.create_model("transformer_tiny").save_pretrained(root / "seq2seq")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and `--threads` changes it): restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_lengths_double_from_256_to_the_context():
+    assert bench_lengths(4096) == [256, 512, 1024, 2048, 4096]
+    assert bench_lengths(3072) == [256, 512, 1024, 2048, 3072]  # the context itself last
+    assert bench_lengths(256) == [256]
+    assert bench_lengths(48) == [48]  # a tiny model: its context alone
+
+
+def _assert_measured(row: BenchRow) -> None:
+    for value in (row.forward_s, row.generate_tokens_per_s, row.train_step_s):
+        assert math.isfinite(value) and value > 0
+    for peak in (row.forward_peak_bytes, row.generate_peak_bytes, row.train_peak_bytes):
+        assert peak is None or (isinstance(peak, int) and peak >= 0)
+    assert row.prompt_tokens + row.new_tokens == row.seq_len and row.new_tokens >= 1
+
+
+@pytest.mark.parametrize(
+    "folder, lengths", [("lm", [256, 512, 1024]), ("image", [48]), ("sparse", [256])]
+)
+def test_a_row_per_length_up_to_the_context(saved, folder, lengths):
+    card = benchmark(str(saved / folder), **FAST)
+    assert [r.seq_len for r in card.rows] == lengths
+    assert card.context == lengths[-1] and card.device == "cpu" and card.precision == "32-true"
+    for row in card.rows:
+        _assert_measured(row)
+        assert row.new_tokens == 4  # the last 4 tokens of each length are decoded
+    if card.memory.startswith("growth"):  # Linux: the peak resident set is measured
+        assert all(r.train_peak_bytes is not None for r in card.rows)
+
+
+def test_generation_is_capped_by_a_short_context(saved):
+    (row,) = benchmark(str(saved / "image"), warmup=0, repeats=1, new_tokens=64).rows
+    assert (row.prompt_tokens, row.new_tokens) == (1, 47)  # 48 positions in all
+
+
+def test_measuring_leaves_the_model_as_it_was():
+    """The training step's AdamW updates (and the routing centroids' k-means steps) are undone."""
+    model = zoo.create_model("routing_transformer_tiny").eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    row = measure_length(model, 64, device=torch.device("cpu"), **FAST)
+    _assert_measured(row)
+    assert not model.training
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_other_precisions(saved, precision):
+    card = benchmark(str(saved / "lm"), lengths=[256], precision=precision, **FAST)
+    assert card.precision == precision
+    _assert_measured(card.rows[0])
+
+
+def test_zoo_bench_prints_a_table_and_writes_the_card(saved, tmp_path, capsys):
+    out = tmp_path / "card"
+    main(["bench", str(saved / "lm"), "--lengths", "512", "256", "--threads", "1",
+          "--out-dir", str(out), *FAST_ARGS])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "fwd ms" in printed and "gen tok/s" in printed and "bench.md" in printed
+    assert {p.name for p in out.iterdir()} == {"bench.md", "bench.json", "bench.png"}
+
+    data = json.loads((out / "bench.json").read_text())
+    md = (out / "bench.md").read_text().splitlines()
+    assert md[0] == f"# Benchmark of {saved / 'lm'} on {data['hardware']}"  # self-contained
+    assert data["hardware"].endswith("(1 threads)")  # --threads, named with the CPU
+    table = [line for line in md if line.startswith("|")]
+    assert table[0].startswith("| length | forward (ms) | forward peak (MiB) | generation")
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["256", "512"]  # sorted
+
+    assert set(data) == CARD_KEYS and data["format"] == "zoo-bench/1"
+    assert data["context"] == 1024 and data["model_type"] == "transformer_lm"
+    assert data["parameters"] > 0 and data["torch_version"] == torch.__version__
+    assert [r["seq_len"] for r in data["rows"]] == [256, 512]
+    for r in data["rows"]:
+        assert set(r) == ROW_KEYS
+        _assert_measured(BenchRow(**r))
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_default_out_dir_is_bench_slash_the_name(saved, monkeypatch, capsys):
+    monkeypatch.chdir(saved)
+    main(["bench", "./sparse", *FAST_ARGS])
+    md = (saved / "bench" / "sparse" / "bench.md").read_text()
+    assert md.startswith("# Benchmark of ./sparse on ")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["no_such_checkpoint"], "no published checkpoint called 'no_such_checkpoint'"),
+        (["{lm}", "--lengths", "256", "2048"], "[2048] outside 2..1024"),
+        (["{lm}", "--device", "cuda"], "no CUDA device"),
+        (["{lm}", "--device", "gpu0"], "is not a device"),
+        (["{seq2seq}"], "encoder-decoder"),
+        (["{lm}", "--repeats", "0"], "--repeats must be >= 1"),
+        (["{missing}"], "is not a directory"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(saved, tmp_path, args, message, capsys):
+    if "cuda" in args and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    folders = {"lm": saved / "lm", "seq2seq": saved / "seq2seq", "missing": saved / "missing"}
+    args = [a.format(**folders) for a in args]
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *args, "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.startswith("zoo bench: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,570 @@
+"""Benchmark cards: ``zoo bench NAME`` measures a published checkpoint on this machine.
+
+For each sequence length ``n`` (batch 1), three measurements, each the median of ``repeats`` runs
+after ``warmup`` untimed ones:
+
+- **forward**: one forward pass over ``n`` tokens in eval mode, without gradients (seconds);
+- **generation**: cached greedy decoding of the last ``new_tokens`` tokens of an ``n``-token
+  sequence (a prompt of ``n - new_tokens`` tokens is encoded into the family's cache, untimed;
+  then ``new_tokens`` single-token steps, the loop of :func:`zoo.generate`, are timed): tokens/s;
+- **training step**: forward, cross-entropy on random next-token targets, backward and an
+  ``AdamW`` step in train mode (seconds). The weights are restored afterwards.
+
+and the peak memory of each, in bytes, above what was allocated before it started (so the weights
+are not counted): on CUDA ``torch.cuda.max_memory_allocated``; on a Linux CPU the growth of the
+process's peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` after returning
+freed heap to the system with ``malloc_trim``), which counts everything the process touched
+(oneDNN scratch, the allocator's slack), not only tensors; elsewhere ``None``.
+
+Lengths run from 256 (or the context, if shorter) doubling up to the model's ``max_seq_len``, the
+context itself the last; one untimed pass at the shortest length comes first, so one-time set-up
+(library initialisation, thread pools) is no length's time or memory. When ``n <= new_tokens``
+the prompt is 1 token and ``n - 1`` are decoded. :func:`write_card` writes ``bench.md`` (a title
+naming the checkpoint and the hardware, then the table), ``bench.json`` and ``bench.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import ctypes
+import ctypes.util
+import datetime
+import gc
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.errors import ConfigError, ZooError
+
+__all__ = [
+    "PRECISIONS",
+    "BenchCard",
+    "BenchRow",
+    "bench_lengths",
+    "bench_main",
+    "benchmark",
+    "measure_length",
+    "render_markdown",
+    "write_card",
+]
+
+# Lightning's precision names: (autocast dtype, weight dtype)
+PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype]] = {
+    "32-true": (None, torch.float32),
+    "bf16-mixed": (torch.bfloat16, torch.float32),
+    "16-mixed": (torch.float16, torch.float32),
+    "bf16-true": (None, torch.bfloat16),
+}
+FORMAT = "zoo-bench/1"  # bench.json's "format"
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """The measurements at one sequence length (batch 1). Times in seconds, memory in bytes
+    (``None``: not measurable on this platform)."""
+
+    seq_len: int
+    forward_s: float
+    forward_peak_bytes: int | None
+    prompt_tokens: int  # generation: tokens encoded into the cache before timing
+    new_tokens: int  # generation: tokens decoded one by one, timed
+    generate_tokens_per_s: float
+    generate_peak_bytes: int | None
+    train_step_s: float
+    train_peak_bytes: int | None
+
+
+@dataclass
+class BenchCard:
+    """A benchmark card: what was measured, where, and the rows (see the module docstring)."""
+
+    name: str
+    model_type: str
+    parameters: int
+    context: int  # max_seq_len
+    device: str
+    hardware: str  # "AMD EPYC 9R14 (2 threads)" or "NVIDIA H100 80GB HBM3"
+    torch_version: str
+    precision: str
+    repeats: int
+    warmup: int
+    memory: str  # how peak memory was measured
+    date: str  # ISO date
+    zoo_version: str
+    rows: list[BenchRow] = field(default_factory=list)
+    format: str = FORMAT
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def bench_lengths(context: int, start: int = 256) -> list[int]:
+    """``start, 2 start, 4 start, ...`` below ``context``, then ``context`` itself; ``[context]``
+    when the context is at most ``start`` (tiny models)."""
+    lengths, n = [], start
+    while n < context:
+        lengths.append(n)
+        n *= 2
+    return [*lengths, context]
+
+
+def _device(device: str) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"--device {device!r} is not a device (cpu, cuda, cuda:1)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {device}: this machine has no CUDA device (torch {torch.__version__}); "
+            "use --device cpu"
+        )
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {device}: zoo bench measures on cpu or cuda")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return dev
+
+
+def _hardware(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name and torch's thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} ({torch.get_num_threads()} threads)"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _native_bf16_cpu() -> bool:
+    """Whether oneDNN computes bf16 natively on this CPU (AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# --- peak memory -----------------------------------------------------------------------------------
+def _status_bytes(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024  # reported in kB
+    raise OSError(f"/proc/self/status has no {key}")
+
+
+def _malloc_trim() -> None:
+    """Return freed heap to the system (glibc), so RSS before a measurement is what is live."""
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
+def _memory_start(device: torch.device) -> int | None:
+    """Reset the peak counter; the bytes in use now (``None``: peak memory not measurable)."""
+    gc.collect()
+    if device.type == "cuda":
+        _sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    _malloc_trim()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to VmRSS (Linux >= 4.0)
+        return _status_bytes("VmRSS")
+    except OSError:
+        return None
+
+
+def _memory_peak(device: torch.device, start: int | None) -> int | None:
+    """Bytes of peak memory above ``start`` since :func:`_memory_start`."""
+    if start is None:
+        return None
+    if device.type == "cuda":
+        return max(0, torch.cuda.max_memory_allocated(device) - start)
+    return max(0, _status_bytes("VmHWM") - start)
+
+
+def _memory_method(device: torch.device) -> str:
+    """What the peak memory columns measure on ``device``, in words."""
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated above the memory allocated before"
+    if _memory_start(device) is None:
+        return "not measured (needs Linux /proc/self/clear_refs)"
+    return "growth of the process's peak resident set (VmHWM) over its RSS before"
+
+
+# --- the three measurements ------------------------------------------------------------------------
+def _timed(device: torch.device, run: Callable[[], float | None], warmup: int, repeats: int):
+    """Median seconds of ``repeats`` calls of ``run`` after ``warmup``, and the peak memory (bytes)
+    over all of them. ``run`` returns its own time (seconds) when it must exclude set-up, else
+    ``None`` and the whole call is timed."""
+    start = _memory_start(device)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        own = run()
+        _sync(device)
+        if i >= warmup:
+            times.append(own if own is not None else time.perf_counter() - t0)
+    return statistics.median(times), _memory_peak(device, start)
+
+
+def _tokens(model: nn.Module, n: int, device: torch.device, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (1, n), generator=g).to(device)  # (1, n)
+
+
+def measure_length(
+    model: nn.Module,
+    n: int,
+    *,
+    device: torch.device,
+    precision: str = "32-true",
+    new_tokens: int = 64,
+    warmup: int = 1,
+    repeats: int = 5,
+) -> BenchRow:
+    """Forward, generation and training-step measurements of ``model`` at length ``n`` (batch 1);
+    see the module docstring. ``model`` is left in eval mode with its weights unchanged."""
+    autocast_dtype, _ = PRECISIONS[precision]
+
+    def autocast():
+        if autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(device.type, dtype=autocast_dtype)
+
+    x = _tokens(model, n, device, seed=n)  # (1, n)
+    model.eval()
+
+    def forward() -> None:
+        with torch.no_grad(), autocast():
+            model(x)
+
+    forward_s, forward_peak = _timed(device, forward, warmup, repeats)
+
+    prompt_len = max(1, n - new_tokens)
+    steps = n - prompt_len  # new_tokens; fewer (n - 1) when n <= new_tokens
+
+    def decode() -> float:
+        with torch.no_grad(), autocast():
+            cache = model.init_cache(1)
+            logits = model(x[:, :prompt_len], cache)  # (1, prompt_len, V), untimed
+            token = logits[:, -1, :].float().argmax(-1, keepdim=True)  # (1, 1)
+            _sync(device)
+            t0 = time.perf_counter()
+            for _ in range(steps):  # the cached loop of zoo.generate, greedy
+                logits = model(token, cache)
+                token = logits[:, -1, :].float().argmax(-1, keepdim=True)
+            _sync(device)
+            return time.perf_counter() - t0
+
+    decode_s, generate_peak = _timed(device, decode, warmup, repeats)
+
+    saved = copy.deepcopy(model.state_dict())
+    y = _tokens(model, n, device, seed=n + 1)  # (1, n) targets
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype == torch.float16)
+    model.train()
+
+    def train_step() -> None:
+        with autocast():
+            logits = model(x)  # (1, n, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    try:
+        train_s, train_peak = _timed(device, train_step, warmup, repeats)
+    finally:
+        model.eval()
+        model.load_state_dict(saved)
+    return BenchRow(
+        seq_len=n,
+        forward_s=forward_s,
+        forward_peak_bytes=forward_peak,
+        prompt_tokens=prompt_len,
+        new_tokens=steps,
+        generate_tokens_per_s=steps / decode_s,
+        generate_peak_bytes=generate_peak,
+        train_step_s=train_s,
+        train_peak_bytes=train_peak,
+    )
+
+
+def benchmark(
+    name: str,
+    *,
+    device: str = "cpu",
+    precision: str = "32-true",
+    lengths: Sequence[int] | None = None,
+    new_tokens: int = 64,
+    warmup: int = 1,
+    repeats: int = 5,
+    progress: bool = False,
+) -> BenchCard:
+    """Measure the checkpoint ``name`` (anything :func:`zoo.from_pretrained` takes) at each length
+    (default :func:`bench_lengths` of its context); see the module docstring for what is measured.
+
+    Raises:
+        ConfigError: an unavailable device, an unknown precision, a length outside
+            ``2..max_seq_len``, ``repeats < 1``, ``warmup < 0``, ``new_tokens < 1``, or an
+            encoder-decoder model (zoo bench measures decoder-only models).
+        UnknownModelError, CheckpointError, HubError: from :func:`zoo.from_pretrained`.
+    """
+    from zoo import __version__
+    from zoo.pretrained import from_pretrained
+
+    dev = _device(device)
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    if repeats < 1 or warmup < 0 or new_tokens < 1:
+        raise ConfigError(
+            f"--repeats must be >= 1, --warmup >= 0 and --new-tokens >= 1, got {repeats}, "
+            f"{warmup} and {new_tokens}"
+        )
+    model = from_pretrained(name, device=dev, dtype=PRECISIONS[precision][1])
+    if getattr(model, "is_encoder_decoder", False):
+        raise ConfigError(
+            f"{name} is an encoder-decoder ({type(model).__name__}): zoo bench measures "
+            "decoder-only language and image models"
+        )
+    context = model.config.max_seq_len
+    lengths = sorted(set(lengths)) if lengths else bench_lengths(context)
+    bad = [n for n in lengths if not 2 <= n <= context]
+    if bad:
+        raise ConfigError(
+            f"length(s) {bad} outside 2..{context}: the context (max_seq_len) of {name} is "
+            f"{context}"
+        )
+    card = BenchCard(
+        name=str(name),
+        model_type=model.model_type,
+        parameters=sum(p.numel() for p in model.parameters()),
+        context=context,
+        device=str(dev),
+        hardware=_hardware(dev),
+        torch_version=torch.__version__,
+        precision=precision,
+        repeats=repeats,
+        warmup=warmup,
+        memory=_memory_method(dev),
+        date=datetime.date.today().isoformat(),
+        zoo_version=__version__,
+    )
+    options = dict(device=dev, precision=precision, new_tokens=new_tokens, warmup=warmup,
+                   repeats=repeats)  # fmt: skip
+    # once, untimed, so one-time set-up (lazy library init, thread pools) is no length's memory
+    measure_length(model, min(lengths), **{**options, "warmup": 0, "repeats": 1})
+    if not progress:
+        card.rows = [measure_length(model, n, **options) for n in lengths]
+        return card
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("", total=len(lengths))
+        for n in lengths:
+            bar.update(task, description=f"length {n}")
+            card.rows.append(measure_length(model, n, **options))
+            bar.advance(task)
+    return card
+
+
+# --- the card --------------------------------------------------------------------------------------
+COLUMNS = (  # (markdown header, terminal header, BenchRow field, format)
+    ("length", "length", "seq_len", "{:d}"),
+    ("forward (ms)", "fwd ms", "forward_s", "ms"),
+    ("forward peak (MiB)", "fwd MiB", "forward_peak_bytes", "mib"),
+    ("generation (tokens/s)", "gen tok/s", "generate_tokens_per_s", "{:,.1f}"),
+    ("generation peak (MiB)", "gen MiB", "generate_peak_bytes", "mib"),
+    ("train step (ms)", "train ms", "train_step_s", "ms"),
+    ("train peak (MiB)", "train MiB", "train_peak_bytes", "mib"),
+)
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if fmt == "ms":
+        return f"{1e3 * value:,.2f}" if value < 1 else f"{1e3 * value:,.0f}"
+    if fmt == "mib":
+        return f"{value / MIB:,.1f}"
+    return fmt.format(value)
+
+
+def _table_rows(card: BenchCard) -> list[list[str]]:
+    """The table's cells, one list per length, in :data:`COLUMNS` order."""
+    return [[_cell(getattr(r, key), fmt) for _, _, key, fmt in COLUMNS] for r in card.rows]
+
+
+def _title(card: BenchCard) -> str:
+    return f"Benchmark of {card.name} on {card.hardware}"
+
+
+def render_markdown(card: BenchCard) -> str:
+    """``bench.md``: the title line, what was measured, then the table (self-contained)."""
+    new = card.rows[-1].new_tokens if card.rows else 0
+    lines = [
+        f"# {_title(card)}",
+        "",
+        f"{card.model_type}, {card.parameters / 1e6:.2f}M parameters, context {card.context}; "
+        f"device {card.device}, torch {card.torch_version}, precision {card.precision}, "
+        f"batch 1, median of {card.repeats} after {card.warmup} warm-up; {card.date}.",
+        "",
+        "forward: one forward pass without gradients. generation: greedy cached decoding of the "
+        f"last {new} tokens of the sequence (the prompt before them encoded untimed). train step: "
+        "forward, cross-entropy, backward and an AdamW step. peak: memory above what was in use "
+        f"before the measurement (weights not counted): {card.memory}.",
+        "",
+        "| " + " | ".join(h for h, _, _, _ in COLUMNS) + " |",
+        "|" + "---:|" * len(COLUMNS),
+        *("| " + " | ".join(cells) + " |" for cells in _table_rows(card)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(card: BenchCard, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    n = [r.seq_len for r in card.rows]
+    series = [  # (label, time in ms, peak bytes), one colour each in both panels
+        ("forward", [r.forward_s * 1e3 for r in card.rows],
+         [r.forward_peak_bytes for r in card.rows]),
+        ("generation (ms per token)", [1e3 / r.generate_tokens_per_s for r in card.rows],
+         [r.generate_peak_bytes for r in card.rows]),
+        ("train step", [r.train_step_s * 1e3 for r in card.rows],
+         [r.train_peak_bytes for r in card.rows]),
+    ]  # fmt: skip
+    has_memory = any(b for _, _, peaks in series for b in peaks)
+    fig, axes = plt.subplots(1, 2 if has_memory else 1, figsize=(10 if has_memory else 5.5, 4))
+    axes = list(axes) if has_memory else [axes]
+    for i, (label, ms, peaks) in enumerate(series):
+        axes[0].loglog(n, ms, marker="o", color=f"C{i}", label=label)
+        pts = [(a, b / MIB) for a, b in zip(n, peaks, strict=True) if b]
+        if has_memory and pts:
+            axes[1].loglog(*zip(*pts, strict=True), marker="o", color=f"C{i}", label=label)
+    axes[0].set_ylabel("time (ms)")
+    if has_memory:
+        axes[1].set_ylabel("peak memory above the model (MiB)")
+    for ax in axes:
+        ax.set_xlabel("sequence length (tokens)")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # label the measured lengths only
+        ax.set_xticks(n, [str(v) for v in n])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{_title(card)}, {card.precision}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_card(card: BenchCard, out_dir: str | Path) -> list[Path]:
+    """Write ``bench.md``, ``bench.json`` and ``bench.png`` into ``out_dir`` (created); return them."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bench.md", out / "bench.json", out / "bench.png"]
+    paths[0].write_text(render_markdown(card))
+    paths[1].write_text(json.dumps(card.to_dict(), indent=1) + "\n")
+    _plot(card, paths[2])
+    return paths
+
+
+def _default_out_dir(name: str) -> Path:
+    """``bench/<name>``: a folder's own name, or a repo id with ``/`` as ``--``."""
+    from zoo.pretrained import explicit_path
+
+    local = explicit_path(name)
+    return Path("bench") / (local.resolve().name if local is not None else name.replace("/", "--"))
+
+
+# --- zoo bench -------------------------------------------------------------------------------------
+def bench_main(args: list[str]) -> None:
+    """``zoo bench NAME``: measure, print a table, write the card (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="zoo bench",
+        description="Measure a checkpoint on this machine: forward time, generation tokens/s and "
+        "training-step time, with peak memory, over sequence lengths from 256 doubling to its "
+        "context. Writes bench.md, bench.json and bench.png.",
+    )
+    parser.add_argument("name", help="a published checkpoint (`zoo list`), a Hub repo id or a "
+                        "save_pretrained folder (./folder)")  # fmt: skip
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu, cuda or cuda:N (default: cuda if this machine has one)")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        "--dtype",
+        default="32-true",
+        choices=list(PRECISIONS),
+        help="32-true (fp32, default); bf16-mixed is `zoo fit`'s default on GPUs with bf16 and "
+        "CPUs with AVX512-BF16 or AMX",
+    )
+    parser.add_argument("--lengths", type=int, nargs="+", metavar="N", help="sequence lengths (default: 256 "
+                        "doubling to the context, the context last)")  # fmt: skip
+    parser.add_argument("--new-tokens", type=int, default=64, metavar="N", help="tokens decoded (timed) "
+                        "for generation; the prompt is the length minus these")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs; the median is shown")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="torch CPU threads (default: torch's)"
+    )
+    parser.add_argument("--out-dir", type=Path, help="default: bench/<name>")
+    ns = parser.parse_args(args)
+    if ns.threads is not None:
+        if ns.threads < 1:
+            parser.exit(2, f"zoo bench: error: --threads must be >= 1, got {ns.threads}\n")
+        torch.set_num_threads(ns.threads)
+    if ns.precision.startswith("bf16") and ns.device == "cpu" and not _native_bf16_cpu():
+        print("zoo bench: note: this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 is "
+              "emulated, slower than fp32", file=sys.stderr)  # fmt: skip
+    try:
+        card = benchmark(
+            ns.name, device=ns.device, precision=ns.precision, lengths=ns.lengths,
+            new_tokens=ns.new_tokens, warmup=ns.warmup, repeats=ns.repeats, progress=True,
+        )  # fmt: skip
+    except ZooError as e:
+        parser.exit(2, f"zoo bench: error: {e}\n")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{_title(card)}\n{card.precision}, torch {card.torch_version}",
+        caption="ms: median time; tok/s: cached decoding; MiB: peak memory above the model",
+    )
+    for _, header, _, _ in COLUMNS:
+        table.add_column(header, justify="right")
+    for cells in _table_rows(card):
+        table.add_row(*cells)
+    Console().print(table)
+    paths = write_card(card, ns.out_dir or _default_out_dir(ns.name))
+    print(f"wrote {', '.join(str(p) for p in paths)}")
