@@ -30,6 +30,7 @@ setup: $(VENV)/.installed
 
 run: setup
 	$(BIN)/zoo list
+	$(BIN)/zoo verify $(CHECKPOINT)
 	$(BIN)/zoo evaluate $(CHECKPOINT) --registered
 	$(BIN)/zoo generate --checkpoint $(CHECKPOINT) --prompt "$(PROMPT)" --max-new-tokens 400 \
 		--temperature 0.8 --top-k 40 --seed 0

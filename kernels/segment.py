@@ -177,10 +177,21 @@ class _Layout:
             g = torch.stack([xs[:, :, idx[h], h] for h in range(self.H)], 3)
         return g.reshape(self.B, -1, self.H, x.shape[-1])
 
-    def previous(self, x: Tensor) -> Tensor:
-        """``(B, S l, H, D)`` shifted by one segment (zeros in front): at segment ``s``, segment
-        ``s - 1`` (a copy)."""
-        return F.pad(x, (0, 0, 0, 0, self.l, 0))[:, : self.S * self.l]
+    def later(self, x: Tensor) -> Tensor:
+        """``(B, S l, H, ...)`` -> segments ``1 .. S-1`` as the kernel's ``(B (S-1), H, l, ...)``."""
+        xs = x.view(self.B, self.S, self.l, *x.shape[2:])[:, 1:]
+        return xs.reshape(self.B * (self.S - 1), self.l, *x.shape[2:]).transpose(1, 2)
+
+    def earlier(self, x: Tensor) -> Tensor:
+        """``(B, S l, H, ...)`` -> segments ``0 .. S-2`` as the kernel's ``(B (S-1), H, l, ...)``:
+        at index ``s``, the segment before :meth:`later`'s ``s``."""
+        xs = x.view(self.B, self.S, self.l, *x.shape[2:])[:, :-1]
+        return xs.reshape(self.B * (self.S - 1), self.l, *x.shape[2:]).transpose(1, 2)
+
+    def unlater(self, x: Tensor) -> Tensor:
+        """The kernel's ``(B (S-1), H, l, ...)`` -> ``(B, (S-1) l, H, ...)``."""
+        x = x.transpose(1, 2)
+        return x.reshape(self.B, (self.S - 1) * self.l, *x.shape[2:])
 
     def window_mask(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """The previous segment's additive ``(1, 1, l, l)`` mask (query ``i'``, key ``j'``
@@ -237,23 +248,14 @@ class _SegmentAttention(torch.autograd.Function):
             out, lse = _flash(*(lay.segments(x) for x in (qt, kt, vt)), True, scale)
             out = lay.unsegment(out)  # (B, S l, H, D); every query sees itself: lse is finite
             lse = lay.unsegment(lse)  # (B, S l, H), a copy: merged into below
-            if window is not None and lay.S > 1:
+            if window is not None and lay.S > 1:  # segments 1.. attend to the one before
                 mask, rows = lay.window_mask(qt.dtype)
                 part_out, part_lse = _flash(
-                    lay.segments(qt),
-                    lay.segments(lay.previous(kt)),
-                    lay.segments(lay.previous(vt)),
-                    False,
-                    scale,
-                    mask,
+                    lay.later(qt), lay.earlier(kt), lay.earlier(vt), False, scale, mask
                 )
-                part_out, part_lse = lay.unsegment(part_out), lay.unsegment(part_lse)
-                # no previous segment for segment 0 (its keys are the zero padding), and the
-                # kernel gives a row without keys lse 0, not -inf
-                seen = rows.repeat(lay.S)
-                seen[:l] = False
-                part_lse[:, ~seen] = float("-inf")
-                _merge(out, lse, part_out, part_lse)
+                part_out, part_lse = lay.unlater(part_out), lay.unlater(part_lse)
+                part_lse[:, ~rows.repeat(lay.S - 1)] = float("-inf")  # kernel: lse 0 if no key
+                _merge(out[:, l:], lse[:, l:], part_out, part_lse)
             if lay.levels:
                 ks, vs = lay.summaries(kt), lay.summaries(vt)  # (B, S c, H, D)
                 c = ks.shape[1] // lay.S
@@ -290,23 +292,25 @@ class _SegmentAttention(torch.autograd.Function):
                 )
             )  # (B, S l, H, D), views of the kernel's gradients
             if lay.window is not None and lay.S > 1:
-                # segment 0's keys here are zeros: its dq share is 0, its dk, dv fall off the end
+                # segments 1.. against the one before. Segment 0 has no part here: giving it
+                # zero keys instead made the kernel's exp(0 - lse) overflow where its rows' lse
+                # is below -88, and inf * 0 key = NaN in dq (seen in training)
                 mask, _ = lay.window_mask(qt.dtype)
                 dq_p, dk_p, dv_p = (
-                    lay.unsegment(g)
+                    lay.unlater(g)
                     for g in _flash_backward(
-                        *(lay.segments(x) for x in (do, qt)),
-                        lay.segments(lay.previous(kt)),
-                        lay.segments(lay.previous(vt)),
-                        *(lay.segments(x) for x in (out, lse)),
+                        *(lay.later(x) for x in (do, qt)),
+                        lay.earlier(kt),
+                        lay.earlier(vt),
+                        *(lay.later(x) for x in (out, lse)),
                         False,
                         scale,
                         mask,
                     )
                 )
-                dq += dq_p
-                dk[:, :-l] += dk_p[:, l:]
-                dv[:, :-l] += dv_p[:, l:]
+                dq[:, l:] += dq_p
+                dk[:, :-l] += dk_p
+                dv[:, :-l] += dv_p
             if lay.levels:
                 ks, vs = lay.summaries(kt), lay.summaries(vt)
                 c = ks.shape[1] // lay.S

@@ -70,3 +70,20 @@ def registry(tmp_path, monkeypatch):
     Registry(path, {}).save()
     monkeypatch.setenv("ZOO_CHECKPOINTS", str(path))
     return load_registry()
+
+
+@pytest.fixture
+def published(registry, tmp_path) -> Path:
+    """The tiny checkpoint (tests/published.py) exported and registered: a shipped copy, not pushed."""
+    from fakes import fake_run
+    from published import METRIC, NAME, REPO
+
+    from zoo.publishing import export_run, register
+
+    run = fake_run(tmp_path / "run")
+    recipe = "recipes/transformer_lm/pg19mini.yaml"
+    folder = export_run(
+        run, registry.shipped_dir / NAME, name=NAME, recipe=REPO / recipe, metrics=[METRIC]
+    )
+    register(folder, name=NAME, recipe=recipe, metrics=[METRIC])
+    return folder

@@ -34,6 +34,8 @@ def fake_run(
                 "wall_time": 2.5,
                 "hardware": ["test CPU (2 threads)"],
                 "precision": "32-true",
+                "git_commits": ["0" * 40],
+                "data": {"dataset": dataset, "splits": ["train"], "sha256": "f" * 64},
             }
         },
     }

@@ -27,7 +27,8 @@ from zoo.evaluation import (
     position_table,
     save_position_profile,
 )
-from zoo.hub import Metric, export_run, register
+from zoo.hub import Metric
+from zoo.publishing import export_run, register
 
 REPO = Path(__file__).resolve().parents[1]
 T = 128  # transformer_lm_tiny's max_seq_len

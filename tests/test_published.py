@@ -10,8 +10,8 @@ import pytest
 import zoo
 from zoo.evaluation import evaluate
 from zoo.hub import load_registry, sha256_file
-from zoo.hub.cli import _readme_with_table, markdown_table
-from zoo.hub.publish import structure_of
+from zoo.publishing import structure_of
+from zoo.publishing.cli import _readme_with_table, markdown_table
 from zoo.registry import get_preset
 
 REPO = Path(__file__).resolve().parents[1]

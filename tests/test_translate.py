@@ -94,7 +94,7 @@ def test_language_models_have_no_tokenizer_file(tmp_path):
 
 
 def test_a_pulled_checkpoint_translates_with_no_other_files(model, hub, tmp_path):
-    from zoo.hub.publish import push
+    from zoo.publishing import push
 
     model.save_pretrained(tmp_path / "folder")
     push(tmp_path / "folder", "someone/de-en")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zoo.hub import push
+from zoo.publishing import push
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "transformer_lm_small.pg19mini"

@@ -33,7 +33,6 @@ import datetime
 import gc
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -47,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError, ZooError
+from zoo.lineage import device_name
 
 __all__ = [
     "PRECISIONS",
@@ -142,17 +142,7 @@ def _device(device: str) -> torch.device:
 
 def _hardware(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name and torch's thread count."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} ({torch.get_num_threads()} threads)"
+    return device_name(device)
 
 
 def _sync(device: torch.device) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -13,26 +12,35 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["SampleWriter", "TrainingSummary", "hardware"]
+__all__ = ["SampleWriter", "TrainingSummary", "hardware", "quiet_lightning_warnings"]
+
+
+def quiet_lightning_warnings() -> None:
+    """Silence Lightning warnings that are expected on a CPU-only machine (they drown the progress
+    bar) and the one LightningCLI gives because ``zoo`` passes ``sys.argv`` on explicitly."""
+    import warnings
+
+    for pattern in (
+        ".*does not have many workers.*",
+        ".*GPU available but not used.*",
+        ".*Checkpoint directory .* exists and is not empty.*",
+        ".*isinstance.treespec, LeafSpec.*",
+        ".*LightningCLI's args parameter is intended.*",
+    ):
+        warnings.filterwarnings("ignore", message=pattern)
 
 
 def hardware(trainer: Trainer | None = None) -> str:
     """The machine a run uses, for model cards: ``"1 x NVIDIA H100 80GB HBM3"`` or
     ``"AMD EPYC 9R14 (2 threads)"``."""
+    from zoo.lineage import device_name
+
     if torch.cuda.is_available() and (
         trainer is None or trainer.strategy.root_device.type == "cuda"
     ):
         n = trainer.num_devices if trainer is not None else 1
-        return f"{n} x {torch.cuda.get_device_name()}"
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} ({torch.get_num_threads()} threads)"
+        return f"{n} x {device_name('cuda')}"
+    return device_name("cpu")
 
 
 class TrainingSummary(Callback):
@@ -42,7 +50,8 @@ class TrainingSummary(Callback):
     processes. Wall time runs from the first to the last training batch, so it includes periodic
     validation but not start-up. Tokens, wall time, hardware and precision are saved in every
     checkpoint (the callback's state) and carried over when a run resumes: ``zoo push`` reads them
-    for the model card.
+    for the model card. So are the lineage facts of :mod:`zoo.lineage`: the git commit of each fit
+    and the checksum of the training data (the data module's splits other than test).
     """
 
     def __init__(self) -> None:
@@ -52,6 +61,8 @@ class TrainingSummary(Callback):
         self.previous_wall = 0.0  # seconds trained before a resume
         self.hardware: list[str] = []
         self.precision = ""
+        self.git_commits: list[str] = []  # the code of each fit (a resume may run newer code)
+        self.data: dict[str, Any] | None = None  # zoo.lineage.data_checksum of the training data
 
     @property
     def wall_time(self) -> float:
@@ -59,10 +70,19 @@ class TrainingSummary(Callback):
         return self.previous_wall + (self.end or 0.0) - (self.start or 0.0)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        from zoo.lineage import data_checksum, git_commit
+
         here = hardware(trainer)
         if here not in self.hardware:
             self.hardware.append(here)
         self.precision = str(trainer.precision)
+        commit = git_commit()
+        if commit is not None and commit not in self.git_commits:
+            self.git_commits.append(commit)
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is not None and self.data is None:
+            loaded = getattr(datamodule, "splits", {}) or {}
+            self.data = data_checksum(datamodule, [s for s in loaded if s != "test"])
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -70,12 +90,16 @@ class TrainingSummary(Callback):
             "wall_time": self.wall_time,
             "hardware": list(self.hardware),
             "precision": self.precision,
+            "git_commits": list(self.git_commits),
+            "data": self.data,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.tokens = int(state_dict.get("tokens", 0))
         self.previous_wall = float(state_dict.get("wall_time", 0.0))
         self.hardware = list(state_dict.get("hardware", []))
+        self.git_commits = list(state_dict.get("git_commits", []))
+        self.data = state_dict.get("data")
         self.start = self.end = None
 
     def on_train_batch_start(

@@ -8,7 +8,7 @@
 - ``zoo sample --checkpoint CKPT --out grid.png``: image samples and top-half completions.
 - ``zoo translate --checkpoint CKPT < source.txt``: translate text with an encoder-decoder model.
 - ``zoo average RUN/checkpoints/every100 --last 5 --out averaged.ckpt``: checkpoint averaging.
-- ``zoo list | pull | evaluate | export | push``: published checkpoints (:mod:`zoo.hub.cli`).
+- ``zoo list | pull | evaluate | export | push``: published checkpoints (:mod:`zoo.publishing.cli`).
 - ``zoo models``: the registered models.
 - ``zoo pattern NAME --out FILE.png``: draw an attention pattern of the catalogue (like Figure 3 of
   the Sparse Transformer paper).
@@ -28,6 +28,7 @@ from lightning.pytorch.cli import LightningCLI
 from rich.console import Console
 from rich.table import Table
 
+from zoo.callbacks import quiet_lightning_warnings
 from zoo.errors import ZooError
 
 __all__ = ["ZooCLI", "main"]
@@ -168,18 +169,6 @@ class ZooCLI(LightningCLI):
         return dict(vars(init_args)) if init_args is not None else {}
 
 
-def _quiet_warnings() -> None:
-    # expected on a CPU-only machine; they drown the progress bar
-    for pattern in (
-        ".*does not have many workers.*",
-        ".*GPU available but not used.*",
-        ".*Checkpoint directory .* exists and is not empty.*",
-        ".*isinstance.treespec, LeafSpec.*",
-        ".*LightningCLI's args parameter is intended.*",  # `zoo` passes sys.argv on explicitly
-    ):
-        warnings.filterwarnings("ignore", message=pattern)
-
-
 def packaged_recipes() -> dict[str, Path]:
     """The recipes shipped inside the package: ``{"transformer_lm/pg19mini_v1": path}``."""
     import importlib.resources
@@ -227,7 +216,7 @@ def run_lightning(args: list[str]) -> None:
     import zoo  # noqa: F401  (registers the models)
     from zoo.callbacks import SampleWriter, TrainingSummary
 
-    _quiet_warnings()
+    quiet_lightning_warnings()
     ZooCLI(
         LightningModule,
         LightningDataModule,
@@ -667,11 +656,11 @@ COMMANDS = {  # command -> (module, function taking the remaining arguments), im
     "average": ("zoo.cli", "average_main"),
     "models": ("zoo.cli", "models_main"),
     "pattern": ("zoo.cli", "pattern_main"),
-    "list": ("zoo.hub.cli", "list_main"),
-    "pull": ("zoo.hub.cli", "pull_main"),
-    "evaluate": ("zoo.hub.cli", "evaluate_main"),
-    "export": ("zoo.hub.cli", "export_main"),
-    "push": ("zoo.hub.cli", "push_main"),
+    "list": ("zoo.publishing.cli", "list_main"),
+    "pull": ("zoo.publishing.cli", "pull_main"),
+    "evaluate": ("zoo.publishing.cli", "evaluate_main"),
+    "export": ("zoo.publishing.cli", "export_main"),
+    "push": ("zoo.publishing.cli", "push_main"),
     "bench": ("zoo.bench", "bench_main"),
     "verify": ("zoo.golden", "verify_main"),
 }

@@ -126,3 +126,23 @@ def test_mismatched_shapes_raise():
     q = torch.randn(1, 2, 32, 4)
     with pytest.raises(ValueError, match="must share"):
         segment_attention(q, torch.randn(1, 2, 31, 4), q, 16)
+
+
+@pytest.mark.parametrize("window, extra", [(16, 0), (17, 1)])
+def test_first_segment_rows_with_very_negative_scores_keep_finite_gradients(window, extra):
+    """Regression: segment 0 has no segment before it. It used to get zero keys there, and where
+    its rows' log-sum-exp was below -88 the fused backward's exp(0 - lse) overflowed, so dq was
+    inf * 0 = NaN (a CIFAR-10 run's gradients went NaN after 1,348 steps)."""
+    l, T = window - extra, 64
+    q, k, v = inputs(1, 2, T, 8, torch.float32)
+    with torch.no_grad():  # every score of the first segment about -200: lse far below -88
+        q[:, :, :l] = 0.0
+        q[:, :, :l, 0] = 20.0
+        k[:, :, :l] = 0.0
+        k[:, :, :l, 0] = -20.0
+    pattern = local(window) if extra == 0 else strided(l, component=1)
+    got = segment_attention(q, k, v, l, window=window)
+    got.backward(torch.ones_like(got))
+    assert all(t.grad.isfinite().all() for t in (q, k, v))
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))  # and exact, in fp64
+    assert_exact(q, k, v, segment_attention(q, k, v, l, window=window), pattern)

@@ -114,7 +114,7 @@ def list_main(args: list[str]) -> None:
         print("no published checkpoint matches these filters")
         return
     table = Table(title=f"published checkpoints ({registry.path})")
-    for col in ("name", "attention", "context", "params", "data", "test", "weights from"):
+    for col in ("name", "attention", "context", "params", "data", "test", "parent", "weights from"):
         right = col in ("params", "test", "context")
         table.add_column(col, justify="right" if right else "left", no_wrap=True)
     for e in entries:
@@ -126,6 +126,7 @@ def list_main(args: list[str]) -> None:
             f"{e.parameters / 1e6:.2f}M",
             e.dataset,
             _whole(e, "test"),
+            e.training.get("parent") or "–",
             weights_source(e, registry),
         )
     _console().print(table)
@@ -148,7 +149,7 @@ def pull_main(args: list[str]) -> None:
 
 
 def evaluate_main(args: list[str]) -> None:
-    from zoo.cli import _quiet_warnings
+    from zoo.callbacks import quiet_lightning_warnings
     from zoo.evaluation import evaluate, save_metric
     from zoo.hub import load_registry
 
@@ -195,7 +196,7 @@ def evaluate_main(args: list[str]) -> None:
             "--by-position measures in fp32 and writes its own files (--out-dir): not with "
             "--registered, --out or --precision"
         )
-    _quiet_warnings()
+    quiet_lightning_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
     ns.dataset = ns.dataset or _dataset_of(ns.source)
     if ns.by_position:
@@ -293,7 +294,8 @@ def _by_position(ns: argparse.Namespace) -> None:
 
 def export_main(args: list[str]) -> None:
     from zoo.evaluation import load_metrics
-    from zoo.hub import export_run, load_registry, register
+    from zoo.hub import load_registry
+    from zoo.publishing.export import export_run, register
 
     parser = argparse.ArgumentParser(
         prog="zoo export",
@@ -340,7 +342,7 @@ def export_main(args: list[str]) -> None:
 
 def push_main(args: list[str]) -> None:
     from zoo.evaluation import load_metrics
-    from zoo.hub import pin_revision, push
+    from zoo.publishing.push import pin_revision, push
 
     parser = argparse.ArgumentParser(
         prog="zoo push",

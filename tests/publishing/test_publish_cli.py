@@ -11,8 +11,9 @@ import pytest
 from zoo.cli import main
 from zoo.hub import load_registry
 from zoo.hub.registry import Registry
+from zoo.lineage import git_commit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = str(REPO / "recipes" / "transformer_lm" / "pg19mini.yaml")
 FAST = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 NAME = "transformer_lm_tiny.pg19mini"
@@ -42,6 +43,14 @@ def test_publish_then_reproduce_through_the_cli(hub, tmp_path, monkeypatch, caps
     assert load_registry().get(NAME).revision is None
     facts = json.loads((shipped / "training.json").read_text())
     assert facts["optimizer_steps"] == 2 and facts["tokens"] == 2 * 16 * 128
+    lineage = facts["lineage"]  # recorded by TrainingSummary during the fit
+    assert lineage["data"]["dataset"] == "pg19mini" and lineage["data"]["splits"] == [
+        "train",
+        "valid",
+    ]
+    assert len(lineage["data"]["sha256"]) == 64 and lineage["parent"] is None
+    assert lineage["git_commits"] == [git_commit()] and lineage["export_commit"] == git_commit()
+    assert f"`{lineage['data']['sha256']}`" in (shipped / "README.md").read_text()
 
     main(["push", str(shipped), "--repo-id", REPO_ID, "--update-registry"])
     sha = load_registry().get(NAME).revision

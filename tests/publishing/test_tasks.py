@@ -16,15 +16,17 @@ from zoo.cli import main
 from zoo.data import ImageDataModule
 from zoo.errors import RegistryError
 from zoo.evaluation import evaluate, evaluate_images
-from zoo.hub import Metric, export_run, register
-from zoo.hub.cli import markdown_table
+from zoo.hub import Metric
+from zoo.publishing import export_run, register
+from zoo.publishing.cli import markdown_table
 from zoo.tasks import ImageLM
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/sparse_transformer/cifar10_strided.yaml"
 NAME = "sparse_transformer_cifar10.cifar10"
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}  # CIFAR-10 shape, tiny width
 IMAGES = 4
+SLICE = Metric("bits_per_dim", 8.0, "cifar10", "test", IMAGES, IMAGES * 3072, "32-true")
 
 
 @pytest.fixture
@@ -136,7 +138,7 @@ def test_golden_logits_are_recorded_at_export_and_verify_reports_drift(image_run
     from zoo.golden import golden_input, verify
 
     folder = export_run(image_run, tmp_path / "out", name=NAME, recipe=REPO / RECIPE,
-                        metrics=[Metric("bits_per_dim", 8.0, "cifar10", "test", 4, 12288, "32-true")])  # fmt: skip
+                        metrics=[SLICE])  # fmt: skip
     golden = json.loads((folder / "golden.json").read_text())
     assert golden["input"]["x"] == [1, 1024] and len(golden["values"]) == 16
     assert verify(folder).identical and verify(folder).ok
@@ -158,7 +160,7 @@ def test_golden_logits_are_recorded_at_export_and_verify_reports_drift(image_run
 
 def test_zoo_verify_passes_on_the_shipped_copy_and_exits_1_on_drift(image_run, tmp_path, capsys):
     folder = export_run(image_run, tmp_path / "out", name=NAME, recipe=REPO / RECIPE,
-                        metrics=[Metric("bits_per_dim", 8.0, "cifar10", "test", 4, 12288, "32-true")])  # fmt: skip
+                        metrics=[SLICE])  # fmt: skip
     main(["verify", str(folder)])
     assert "ok: bit-identical" in capsys.readouterr().out
     golden = json.loads((folder / "golden.json").read_text())
@@ -170,3 +172,27 @@ def test_zoo_verify_passes_on_the_shipped_copy_and_exits_1_on_drift(image_run, t
     with pytest.raises(SystemExit) as exit_:
         main(["verify", str(folder), "--dtype", "float8"])
     assert exit_.value.code == 2
+
+
+def test_data_checksum_follows_the_content_of_every_split():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from zoo.lineage import data_checksum
+
+    def dm(**splits):
+        return SimpleNamespace(splits=splits, hparams=SimpleNamespace(dataset="d"))
+
+    docs = [np.frombuffer(b"abc", np.uint8), np.frombuffer(b"de", np.uint8)]
+    base = data_checksum(dm(train=docs, valid=docs[:1]))
+    assert base["splits"] == ["train", "valid"] and base["dataset"] == "d"
+    assert data_checksum(dm(train=list(docs), valid=docs[:1])) == base  # same content, same sum
+    moved = [np.frombuffer(b"ab", np.uint8), np.frombuffer(b"cde", np.uint8)]  # same bytes, split
+    assert data_checksum(dm(train=moved, valid=docs[:1]))["sha256"] != base["sha256"]
+    assert data_checksum(dm(train=docs, valid=docs[:1]), ["train"])["sha256"] != base["sha256"]
+    images = np.zeros((2, 4, 4, 3), np.uint8)
+    flipped = images.copy()
+    flipped[1, 0, 0, 0] = 1
+    assert data_checksum(dm(train=images))["sha256"] != data_checksum(dm(train=flipped))["sha256"]
+    assert data_checksum(SimpleNamespace(splits={})) is None

@@ -1,0 +1,106 @@
+"""zoo export: the published folder, its model card and its registry entry."""
+
+import json
+
+import pytest
+import torch
+import yaml
+from published import METRIC, NAME, REPO, REPO_ID
+
+import zoo
+from zoo.errors import (
+    ChecksumError,
+)
+from zoo.hub import load_registry, sha256_file
+from zoo.publishing import export_run
+
+
+def test_export_writes_the_published_files_and_the_registry_entry(published, registry):
+    assert sorted(p.name for p in published.iterdir()) == [
+        "README.md", "config.json", "golden.json", "manifest.json", "model.safetensors",
+        "recipe.yaml", "training.json",
+    ]  # fmt: skip
+    facts = json.loads((published / "training.json").read_text())
+    assert facts["optimizer_steps"] == 3 and facts["tokens"] == 1536
+    assert facts["wall_time_s"] == 2.5 and facts["hardware"] == "test CPU (2 threads)"
+    card = (published / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["library_name"] == "attention-zoo"
+    assert "transformer-lm" in meta["tags"]
+    result = meta["model-index"][0]["results"][0]
+    assert result["metrics"][0] == {
+        "type": "bits_per_byte", "value": 7.9, "name": "bits/byte (first 4 windows)"
+    }  # fmt: skip
+    assert result["dataset"]["split"] == "test (slice: first 4 windows)"  # not the test score
+    assert "| optimizer steps | 3 |" in card
+    context = facts["data"]["seq_len"]  # the fake run's data module leaves it to the model
+    assert context == zoo.create_model("transformer_lm_tiny").config.max_seq_len
+    assert f"| training windows | 2 × {context:,} bytes per optimizer step |" in card
+    entry = load_registry().get(NAME)
+    assert entry.revision is None and entry.repo_id == REPO_ID
+    assert entry.files["model.safetensors"]["sha256"] == sha256_file(
+        published / "model.safetensors"
+    )
+    assert entry.config == json.loads((published / "config.json").read_text())["config"]
+    assert entry.parameters == zoo.create_model("transformer_lm_tiny").num_parameters()
+
+
+def test_export_a_saved_model_with_its_training_facts(tmp_path, registry):
+    """A model saved on another machine (in bf16, say) and its training.json export as they are;
+    without training.json, or with a file that does not match its manifest, nothing is exported."""
+    from zoo.errors import CheckpointError
+
+    model = zoo.create_model("transformer_lm_tiny")
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    saved = model.save_pretrained(tmp_path / "saved")
+    recipe = REPO / "recipes/transformer_lm/pg19mini.yaml"
+    with pytest.raises(CheckpointError, match="without training.json"):
+        export_run(saved, tmp_path / "out", name=NAME, recipe=recipe, metrics=[METRIC])
+    facts = {
+        "optimizer_steps": 7,
+        "tokens": 7168,
+        "wall_time_s": 1.5,
+        "hardware": "a GPU",
+        "data": {"dataset": "pg19mini", "extra_train": ["enwik8_prefix"], "seq_len": None},
+    }
+    (saved / "training.json").write_text(json.dumps(facts))
+    out = export_run(saved, tmp_path / "out", name=NAME, recipe=recipe, metrics=[METRIC])
+    assert (out / "model.safetensors").read_bytes() == (saved / "model.safetensors").read_bytes()
+    assert json.loads((out / "training.json").read_text())["optimizer_steps"] == 7
+    card = (out / "README.md").read_text()
+    assert "| optimizer steps | 7 |" in card and "| hardware | a GPU |" in card
+    assert "also held the training split of enwik8_prefix" in card
+    loaded = zoo.from_pretrained(out)
+    assert next(loaded.parameters()).dtype == torch.float32  # bf16 values, loaded as fp32
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    with pytest.raises(ChecksumError):
+        export_run(saved, tmp_path / "out2", name=NAME, recipe=recipe, metrics=[METRIC])
+
+
+def test_card_says_when_training_windows_are_shorter_than_the_context():
+    from zoo.publishing.cards import _training_windows
+
+    short = _training_windows({"batch_size": 8, "seq_len": 1024}, 4096)
+    assert short.startswith("8 × 1,024 bytes per optimizer step (shorter than the context, 4,096")
+    assert "never trained" in short
+    assert _training_windows({"batch_size": 2, "seq_len": 4096}, 4096) == (
+        "2 × 4,096 bytes per optimizer step"
+    )
+    assert _training_windows({}, 4096) == "unknown"
+
+
+def test_card_lists_each_training_stage():
+    from zoo.publishing.cards import _training_windows
+
+    stages = [
+        {"recipe": "a.yaml", "optimizer_steps": 3840, "batch_size": 8, "seq_len": 1024},
+        {"recipe": "b.yaml", "optimizer_steps": 200, "batch_size": 2, "seq_len": 4096},
+    ]
+    text = _training_windows({"batch_size": 2, "seq_len": 4096}, 4096, stages)
+    assert text.startswith("8 × 1,024 bytes per optimizer step (shorter than the context")
+    assert text.endswith(
+        "for 3,840 steps (`a.yaml`); then 2 × 4,096 bytes per optimizer step for 200 steps "
+        "(`b.yaml`)"
+    )

@@ -1,0 +1,90 @@
+"""Where a checkpoint comes from: the code's git commit and a checksum of the data it was trained on.
+
+Model cards and ``checkpoints.yaml`` carry these beside the recipe, the package versions and the
+parent checkpoint (``init_from``), so a reader can tell exactly what produced a published model.
+
+- :func:`git_commit`: the commit of the zoo's source checkout (``"<sha>"``, ``"<sha>+dirty"`` when
+  tracked files differ from it), or ``None`` for an installed wheel. :class:`~zoo.callbacks.
+  TrainingSummary` records it when a fit starts (and again on every resume).
+- :func:`data_checksum`: the sha256 of the data a data module serves, over the split names and
+  every document's or image's bytes in order. It is computed from what was loaded, not from the
+  files, so the same data from another source (the JPEG copy vs the lossless CIFAR-10 release, a
+  gzip vs a plain file) is told apart only when its content differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["data_checksum", "device_name", "git_commit"]
+
+
+def device_name(device: str | torch.device = "cpu") -> str:
+    """The machine a measurement or run uses, for cards: the GPU's name for a CUDA device, else
+    the CPU's model name and torch's thread count (``"AMD EPYC 9R14 (2 threads)"``)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} ({torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str | None:
+    """The git commit of the zoo's source checkout, ``"+dirty"`` when tracked files differ; ``None``
+    when the package is not a git checkout (an installed wheel) or git is missing."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               check=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def _chunks(split: Any) -> Iterable[bytes]:
+    if isinstance(split, np.ndarray):  # images (N, H, W, C)
+        yield np.ascontiguousarray(split).tobytes()
+    else:  # documents: a list of uint8 arrays or bytes
+        for doc in split:
+            yield bytes(doc) if not isinstance(doc, np.ndarray) else doc.tobytes()
+
+
+def data_checksum(datamodule: Any, splits: Iterable[str] | None = None) -> dict[str, Any] | None:
+    """``{"dataset", "splits", "sha256"}`` of the splits a data module has loaded (its ``splits``
+    dict after ``setup``; ``splits`` picks some), or ``None`` for a data module without arrays or
+    byte documents (translation's tokenized datasets)."""
+    loaded = getattr(datamodule, "splits", None)
+    if not isinstance(loaded, dict) or not loaded:
+        return None
+    names = sorted(loaded if splits is None else [s for s in splits if s in loaded])
+    digest = hashlib.sha256()
+    try:
+        for name in names:
+            digest.update(f"split:{name}\n".encode())
+            for chunk in _chunks(loaded[name]):
+                digest.update(len(chunk).to_bytes(8, "little"))
+                digest.update(chunk)
+    except TypeError:
+        return None
+    dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
+    return {"dataset": dataset, "splits": names, "sha256": digest.hexdigest()}

@@ -1,0 +1,34 @@
+"""Publishing, above the tasks and the hub: export a trained run with its model card, register it
+in ``checkpoints.yaml``, push it to the Hugging Face Hub.
+
+- :mod:`zoo.publishing.cards`: model cards per task (causal LM, image LM, translation).
+- :mod:`zoo.publishing.export`: ``zoo export`` (run -> Hub-ready folder), ``register``,
+  ``refresh_card``.
+- :mod:`zoo.publishing.push`: ``zoo push`` and pinning the pushed revision.
+- :mod:`zoo.publishing.cli`: the checkpoint commands (list, pull, evaluate, export, push).
+
+:mod:`zoo.hub` below it only resolves, downloads and verifies published checkpoints.
+"""
+
+from zoo.publishing.cards import model_card, structure_of, task_of
+from zoo.publishing.export import (
+    PUBLISHED_FILES,
+    export_run,
+    refresh_card,
+    register,
+    training_facts,
+)
+from zoo.publishing.push import pin_revision, push
+
+__all__ = [
+    "PUBLISHED_FILES",
+    "export_run",
+    "model_card",
+    "pin_revision",
+    "push",
+    "refresh_card",
+    "register",
+    "structure_of",
+    "task_of",
+    "training_facts",
+]

@@ -1,0 +1,411 @@
+"""Model cards of published checkpoints: the README.md that ``zoo export`` writes, per task.
+
+:func:`model_card` renders a card from the checkpoint's config, measured metrics and training facts:
+Hub metadata (library, tags, datasets, the metrics in the model-index format, where a slice of a
+split is named as a slice), then a usage snippet for the task, the results, the attention structure,
+the optional curves, samples and benchmark, the training facts, the lineage and the config.
+:func:`structure_of` is the registry's ``structure`` of a saved model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from zoo.hub.registry import TASKS, Metric
+
+__all__ = ["CAVEATS", "DATASETS", "TASK_CARDS", "TaskCard", "model_card", "structure_of", "task_of"]
+
+DATASETS = {  # model card wording of the data sets a checkpoint can be trained on
+    "pg19mini": "pg19mini: 60 Project Gutenberg books published before 1919 (PG-19's rule), "
+    "book-level split 55 / 2 / 3; bytes, no tokenizer",
+    "enwik8": "enwik8: the first 100M bytes of an English Wikipedia dump, 90M/5M/5M split",
+    "tinyshakespeare": "Tiny Shakespeare (1.1 MB), 90/5/5 split",
+    "enwik8_prefix": "enwik8_prefix: the first 4,154,399 bytes of enwik8, split 90/5/5 % in order",
+    "cifar10": "CIFAR-10: 48,000 training images, 2,000 held out for validation (seeded, as the "
+    "papers), 10,000 test images; 32×32 RGB as 3,072 sub-pixels in raster order",
+    "multi30k": "Multi30k task 1 (Flickr30k captions), German→English: 29,000 training pairs, "
+    "val 1,014, test2016 1,000",
+}
+CAVEATS = {  # said beside every figure measured on these data sets
+    "cifar10": "JPEG copy (quality ≈75) of CIFAR-10: its pixels differ slightly from the lossless "
+    "release, so these bits/dim are not exactly comparable with published figures",
+}
+
+
+@dataclass(frozen=True)
+class TaskCard:
+    """The task-specific wording of a model card."""
+
+    summary: str  # "a byte-level causal language model"
+    tags: tuple[str, ...]
+    pipeline_tag: str
+    task_type: str  # model-index task
+    use: str  # the code block of "## Use" ({name}, {repo_id} are filled in)
+    limitations: str
+
+
+TASK_CARDS = {
+    "causal_lm": TaskCard(
+        summary="a byte-level causal language model",
+        tags=("byte-level", "causal-lm", "long-context"),
+        pipeline_tag="text-generation",
+        task_type="text-generation",
+        use="""```python
+import torch
+import zoo
+
+model = zoo.from_pretrained("{name}")  # or "{repo_id}"; files verified against checkpoints.yaml
+out = zoo.generate(model, torch.tensor([list(b"It was a cold night")]), max_new_tokens=200)
+```
+
+or `zoo generate --checkpoint {name} --prompt "It was a cold night"`; fine-tune with
+`zoo fit --config recipe.yaml --model.init_from {name}`.""",
+        limitations="A small research checkpoint: trained briefly on a small corpus of "
+        "public-domain books, it models their spelling and style, not facts; samples are often "
+        "ungrammatical. Text from before 1919 carries the views of its time.",
+    ),
+    "image_lm": TaskCard(
+        summary="an autoregressive pixel model (each sub-pixel predicted from the ones before it "
+        "in raster order, as 256 intensities)",
+        tags=("image-generation", "autoregressive", "pixel-model", "long-context"),
+        pipeline_tag="unconditional-image-generation",
+        task_type="image-generation",
+        use="""```python
+import zoo
+from zoo.generation import sample_images
+
+model = zoo.from_pretrained("{name}").eval()  # or "{repo_id}"; verified against checkpoints.yaml
+images = sample_images(model, (32, 32, 3), 4, progress=True)  # (4, 32, 32, 3) uint8
+```
+
+or `zoo sample --checkpoint {name} --out samples.png --num-samples 8 --completions 8`; fine-tune
+with `zoo fit --config recipe.yaml --model.init_from {name}`.""",
+        limitations="A small research checkpoint trained for a fraction of the papers' budgets: "
+        "its samples have the colours and rough layout of CIFAR-10 images, not recognisable "
+        "objects. Bits/dim is a likelihood on the training data set's distribution only.",
+    ),
+    "translation": TaskCard(
+        summary="an encoder-decoder Transformer for translation, with its joint BPE tokenizer",
+        tags=("translation", "seq2seq", "transformer"),
+        pipeline_tag="translation",
+        task_type="translation",
+        use="""```python
+import zoo
+
+model = zoo.from_pretrained("{name}")  # or "{repo_id}"; tokenizer.json comes with it
+print(zoo.translate(model, ["Ein Mann fährt Fahrrad."], beam_size=4))
+```
+
+or `echo "Ein Mann fährt Fahrrad." | zoo translate --checkpoint {name}`.""",
+        limitations="A small research checkpoint trained on 29,000 image captions: it translates "
+        "short descriptive German sentences; longer or other text falls outside what it has seen.",
+    ),
+}
+
+
+def task_of(metrics: list[Metric]) -> str:
+    """The task whose headline metric the metrics hold (:data:`~zoo.hub.registry.TASKS`):
+    ``image_lm`` for bits per dim, ``translation`` for BLEU, else ``causal_lm``."""
+    names = {m.name for m in metrics}
+    return next((t for t, metric in TASKS.items() if metric in names), "causal_lm")
+
+
+def trained_context(facts: dict[str, Any], context: int) -> int:
+    """The longest window the model was trained on: the largest ``seq_len`` of the training
+    data (or of its ``stages``), else its ``context``."""
+    lengths = [st.get("seq_len") for st in facts.get("stages") or []]
+    lengths.append(facts.get("data", {}).get("seq_len"))
+    return max((n for n in lengths if n), default=context)
+
+
+def structure_of(config: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """The registry's ``structure`` of a saved model: its config's ``structure()`` (``config``
+    is ``config.json``'s content) and the ``trained_context`` of its training facts."""
+    from zoo.registry import get_model_class
+
+    cls = get_model_class(config["model_type"])
+    structure = cls.config_class.from_dict(config["config"]).structure()  # type: ignore[attr-defined]
+    return structure | {"trained_context": trained_context(facts, structure["context"])}
+
+
+def model_card(
+    name: str,
+    config: dict[str, Any],
+    metrics: list[Metric],
+    facts: dict[str, Any],
+    repo_id: str,
+    *,
+    task: str = "causal_lm",
+    by_position: str | None = None,
+    by_position_plot: str | None = None,
+    samples: list[str] = (),
+    bench: str | None = None,
+    bench_plot: str | None = None,
+) -> ModelCard:
+    """The README.md of a published checkpoint, with model-index metadata.
+
+    ``task`` (a key of :data:`zoo.hub.registry.TASKS`) picks the card's wording. In the
+    model-index a slice of a split is named as such (``"test (slice: first 16 windows)"``), so it
+    never reads as the split's score. ``by_position`` (the text of ``by_position.md``) and
+    ``by_position_plot`` (the PNG's path relative to the card) add a section on bits per byte by
+    position; ``samples`` (PNG paths relative to the card) a section of samples; ``bench`` (the
+    text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on time and memory by
+    sequence length.
+    """
+    from zoo.registry import get_preset
+
+    card = TASK_CARDS[task]
+    model_type = config["model_type"]
+    model_name = name.rsplit(".", 1)[0]
+    try:
+        description = get_preset(model_name).description
+    except KeyError:
+        description = model_type
+    dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
+    data = ModelCardData(
+        language="en" if task != "image_lm" else None,
+        license="apache-2.0",
+        library_name="attention-zoo",
+        tags=[model_type.replace("_", "-"), *card.tags, "pytorch"],
+        datasets=[dataset] if dataset else None,
+        metrics=sorted({m.name for m in metrics}) or [TASKS[task]],
+        model_name=name,
+        pipeline_tag=card.pipeline_tag,
+        eval_results=[
+            EvalResult(
+                task_type=card.task_type,
+                dataset_type=m.dataset,
+                dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
+                dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
+                metric_type=m.name,
+                metric_name=f"{m.kind.unit} ({m.measured_on})",
+                metric_config=m.signature,
+                metric_value=m.value,
+            )
+            for m in metrics
+        ],
+    )
+    results = "\n".join(
+        f"| {m.kind.unit} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
+        f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
+        f"| {m.precision} "
+        f"| {_how(m)} | {m.hardware or 'unknown'} |"
+        for m in metrics
+    )
+    caveats = "".join(
+        f"\n† {CAVEATS[d]}.\n" for d in sorted({m.dataset for m in metrics}) if d in CAVEATS
+    )
+    direction = ", ".join(
+        f"{m.kind.unit}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
+        for m in {m.name: m for m in metrics}.values()
+    )
+    curve = _by_position_section(name, by_position, by_position_plot)
+    structure = _structure_section(structure_of(config, facts))
+    pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
+    cfg = config["config"]
+    config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
+    tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
+    unit = {"image_lm": "sub-pixels (one image)", "translation": "tokens"}.get(task, "bytes")
+    windows = _training_windows(
+        facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
+    )
+    extra = facts.get("data", {}).get("extra_train") or []
+    corpus = DATASETS.get(dataset, dataset) + "".join(
+        f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
+    )
+    use = card.use.replace("{name}", name).replace("{repo_id}", repo_id)
+    body = f"""
+# {name}
+
+`{model_name}` ({description}): {card.summary} of the attention-zoo library
+(`model_type: {model_type}`), trained on {corpus}.
+
+## Use
+
+{use}
+
+## Results
+
+Measured with `zoo evaluate {name} [--split S] [--windows N]` ({direction});
+`zoo evaluate {name} --registered` re-measures every row. Rows measured on a slice say so: only
+"all" rows are the split's score.
+
+| metric | data set | split | measured on | value | precision | decoding | hardware |
+|---|---|---|---|---|---|---|---|
+{results}
+{caveats}{structure}{curve}{pictures}
+## Training
+
+| quantity | value |
+|---|---|
+| optimizer steps | {facts.get("optimizer_steps")} |
+| training windows | {windows} |
+| tokens | {f"{tokens:,}" if tokens else "unknown"} |
+| wall time | {f"{wall:,.0f} s ({tokens / wall:,.0f} tokens/s)" if wall and tokens else "unknown"} |
+| hardware | {facts.get("hardware") or "unknown"} |
+| precision | {facts.get("precision") or "unknown"} |
+| optimisation | {json.dumps(facts.get("optimization", {}))} |
+| data | {json.dumps(facts.get("data", {}))} |
+
+`recipe.yaml` is the recipe that trained it (`zoo fit --config recipe.yaml`); `training.json` has
+these facts in machine-readable form.
+{_lineage_section(facts)}
+## Configuration
+
+| field | value |
+|---|---|
+{config_rows}
+
+## Limitations
+
+{card.limitations}
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _of_context(m: Metric) -> str:
+    """`` of 4,096 bytes`` for metrics measured on windows of the model's context."""
+    return (
+        f" of {m.context:,} {m.kind.targets}" if m.kind.windows == "windows" and m.context else ""
+    )
+
+
+def _structure_section(structure: dict[str, Any]) -> str:
+    """The card's table of the attention structure (the registry's ``structure``)."""
+    rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in structure.items())
+    if structure.get("causal"):
+        causal = "Every prediction depends only on earlier positions: the likelihood is strict."
+    else:
+        causal = (
+            "Evaluation looks ahead (top-w routing chooses each cluster's members from the whole "
+            "window), so its figures are not a strict likelihood."
+        )
+    context, trained = structure.get("context"), structure.get("trained_context")
+    if context and trained and trained < context:
+        causal += (
+            f" It was trained on windows of {trained:,} positions, shorter than its context "
+            f"({context:,})."
+        )
+    return f"""
+## Attention structure
+
+Recorded in `checkpoints.yaml` (`structure`) and checked against the config by the tests;
+`zoo list --attention {structure.get("pattern")}` and `--context` filter on it. {causal}
+
+| field | value |
+|---|---|
+{rows}
+"""
+
+
+def _lineage_section(facts: dict[str, Any]) -> str:
+    """Where the checkpoint comes from: recipe, code, versions, data, parent."""
+    lineage = facts.get("lineage") or {}
+    commits = lineage.get("git_commits")
+    data = lineage.get("data")
+    versions = facts.get("versions") or {}
+    stages = facts.get("stages") or []
+    rows = [
+        ("recipe", "`recipe.yaml`" + "".join(f", then `{st.get('recipe')}`" for st in stages[1:])),
+        ("git commit of training", ", ".join(f"`{c}`" for c in commits) if commits
+         else "not recorded (trained before the zoo recorded it)"),
+        ("git commit of export", f"`{lineage['export_commit']}`" if lineage.get("export_commit")
+         else "not recorded"),
+        ("package versions at export", ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+         or "unknown"),
+        ("training data", f"{data['dataset']} ({', '.join(data['splits'])}), sha256 "
+         f"`{data['sha256']}` (zoo.lineage.data_checksum)" if data else "not recorded"),
+        ("fine-tuned from", f"`{lineage['parent']}`" if lineage.get("parent")
+         else "– (trained from scratch)"),
+    ]  # fmt: skip
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"""
+## Lineage
+
+| what | value |
+|---|---|
+{table}
+"""
+
+
+def _how(m: Metric) -> str:
+    """The decoding settings of a BLEU row (``beam 4, α 0.6, average of 5``), else a dash."""
+    if not m.decoding:
+        return "–"
+    return ", ".join(f"{k} {v}" for k, v in m.decoding.items())
+
+
+def _bench_section(name: str, table: str | None, plot: str | None) -> str:
+    if table is None:
+        return ""
+    lines = table.strip().splitlines()
+    title = lines[0].removeprefix("# ").strip() if lines and lines[0].startswith("#") else ""
+    body = "\n".join(lines[1:] if title else lines).strip()
+    parts = [
+        "\n## Speed and memory by sequence length\n",
+        f"{title}, measured with `zoo bench {name}` (`bench.json` has the numbers). Run it on your "
+        "machine to see yours.\n",
+    ]
+    if plot is not None:
+        parts.append(f"![time and memory by sequence length]({plot})\n")
+    parts.append(body + "\n")
+    return "\n".join(parts)
+
+
+def _samples_section(name: str, samples: list[str]) -> str:
+    if not samples:
+        return ""
+    pictures = "\n\n".join(f"![{Path(p).stem.replace('_', ' ')}]({p})" for p in samples)
+    return (
+        "\n## Samples\n\n"
+        f"Drawn with `zoo sample --checkpoint {name} --out samples.png --num-samples 8 "
+        "--completions 8 --seed 0` (temperature 1.0). Completions keep the top half of test "
+        "images; their rows are the given half, the completion, the original.\n\n"
+        f"{pictures}\n"
+    )
+
+
+def _training_windows(
+    data: dict[str, Any], context: int | None, stages: list[dict] | None = None, unit: str = "bytes"
+) -> str:
+    """``"8 x 1,024 bytes per optimizer step"``, saying so when the windows are shorter than the
+    model's context (the positions past them are then never trained). A model trained in
+    ``stages`` (``training.json``: each with ``recipe``, ``optimizer_steps``, ``batch_size``,
+    ``seq_len``) gets one such line per stage."""
+    if stages:
+        return "; then ".join(
+            f"{_training_windows(st, context, unit=unit)} for {st.get('optimizer_steps', '?'):,} steps "
+            f"(`{st.get('recipe', '?')}`)"
+            for st in stages
+        )
+    batch, seq_len = data.get("batch_size"), data.get("seq_len")
+    if not batch or not seq_len:
+        return "unknown"
+    text = f"{batch} × {seq_len:,} {unit} per optimizer step"
+    if context and seq_len < context:
+        text += (
+            f" (shorter than the context, {context:,}: positions {seq_len:,} and later are "
+            "evaluated but never trained, an extrapolation of the position scheme)"
+        )
+    return text
+
+
+def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
+    if table is None and plot is None:
+        return ""
+    parts = [
+        "\n## Bits per byte by position\n",
+        "Does the model use its context? Bits per byte at each position of the evaluation "
+        f"window, measured with `zoo evaluate {name} --by-position` (`by_position.json` has the "
+        "numbers):\n",
+    ]
+    if plot is not None:
+        parts.append(f"![bits per byte by position in the window]({plot})\n")
+    if table is not None:
+        parts.append(table.strip() + "\n")
+    return "\n".join(parts)

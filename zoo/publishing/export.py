@@ -1,0 +1,340 @@
+"""Publishing a trained run: export it as a Hub-ready folder and register it.
+
+The folder (``zoo export``) holds exactly what is pushed and shipped under ``checkpoints/<name>/``:
+
+- ``config.json`` and ``model.safetensors`` (``save_pretrained``; never pickles),
+- ``README.md``, the model card (:mod:`zoo.publishing.cards`),
+- ``recipe.yaml``, the recipe that trained it (``zoo fit --config recipe.yaml`` reproduces it),
+- ``golden.json``: logits of a fixed input (:mod:`zoo.golden`), which ``zoo verify`` recomputes,
+- ``training.json``: optimizer steps, tokens, wall time, hardware, precision, optimisation and data
+  settings and the lineage (:mod:`zoo.lineage`), read from the Lightning checkpoint (the
+  :class:`~zoo.callbacks.TrainingSummary` state),
+- optionally ``by_position.*`` (bits per byte by position), ``samples*.png`` (image models) and
+  ``bench.*`` (``zoo bench``), each shown in the card.
+
+:func:`register` records the folder in ``checkpoints.yaml``; :func:`refresh_card` renders a
+registered checkpoint's card again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.errors import CheckpointError, ConfigError
+from zoo.golden import GOLDEN_NAME
+from zoo.golden import record as record_golden
+from zoo.hub.download import sha256_file
+from zoo.hub.registry import CheckpointEntry, Metric, Registry, load_registry
+from zoo.lineage import git_commit
+from zoo.publishing.cards import model_card, structure_of, task_of
+
+__all__ = [
+    "BENCH_FILES",
+    "DEFAULT_NAMESPACE",
+    "PUBLISHED_FILES",
+    "SAMPLE_FILES",
+    "export_run",
+    "refresh_card",
+    "register",
+    "training_facts",
+]
+
+PUBLISHED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",  # translation models: their joint BPE
+    "README.md",
+    "recipe.yaml",
+    "training.json",
+    "manifest.json",  # sha256 of config, weights, tokenizer: checked when loaded by repo id
+    "golden.json",  # logits of a fixed input, recorded at export: `zoo verify` (zoo.golden)
+    "by_position.md",  # optional: bits per byte by position in the window (zoo evaluate
+    "by_position.json",  # --by-position), shown in the model card
+    "by_position.png",
+    "samples.png",  # optional: image models' samples and completions (zoo sample), in the card
+    "samples_completions.png",
+    "bench.md",  # optional: time and memory by sequence length on one machine (zoo bench),
+    "bench.json",  # shown in the card
+    "bench.png",
+)
+SAMPLE_FILES = ("samples.png", "samples_completions.png")
+BENCH_FILES = ("bench.md", "bench.json", "bench.png")
+DEFAULT_NAMESPACE = "attention-zoo"
+
+
+def _data_checksum_of(module, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The training data's checksum, loading it again with the run's data settings (for runs
+    whose checkpoint predates the checksum); ``None`` when the data is not here."""
+    from zoo.data import ByteTextDataModule, ImageDataModule
+    from zoo.data.images import IMAGE_DATASETS
+    from zoo.errors import ZooError
+    from zoo.lineage import data_checksum
+
+    dataset = data.get("dataset")
+    if not dataset:
+        return None
+    try:
+        if dataset in IMAGE_DATASETS:
+            dm = ImageDataModule(dataset=dataset, seed=data.get("seed") or 0)
+        else:
+            dm = ByteTextDataModule(dataset=dataset, seq_len=module.model.config.max_seq_len)
+        dm.setup("fit")
+    except (ZooError, OSError, ValueError):
+        return None
+    return data_checksum(dm, [s for s in dm.splits if s != "test"])
+
+
+def training_facts(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Training facts from a loaded Lightning checkpoint dict (what ``training.json`` holds)."""
+    summary = ckpt.get("callbacks", {}).get("TrainingSummary", {})
+    hp = ckpt.get("hyper_parameters", {})
+    dm = ckpt.get("datamodule_hyper_parameters", {})
+    wall = summary.get("wall_time")
+    tokens = summary.get("tokens")
+    return {
+        "optimizer_steps": ckpt.get("global_step"),
+        "tokens": tokens,
+        "wall_time_s": round(wall, 1) if wall else None,
+        "tokens_per_s": round(tokens / wall) if tokens and wall else None,
+        "hardware": ", ".join(summary.get("hardware", [])) or None,
+        "precision": summary.get("precision") or None,
+        "optimization": {
+            k: hp.get(k)
+            for k in ("lr", "weight_decay", "betas", "eps", "warmup_steps", "lr_schedule")
+        },
+        "data": {k: dm.get(k) for k in ("dataset", "batch_size", "seq_len", "seed")},
+        "lineage": {
+            "git_commits": summary.get("git_commits") or None,  # None: trained before recorded
+            "data": summary.get("data"),
+            "parent": hp.get("init_from"),
+            "export_commit": git_commit(),
+        },
+        "versions": {
+            "attention-zoo": _version("attention-zoo"),
+            "torch": torch.__version__,
+            "lightning": _version("lightning"),
+        },
+    }
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def export_run(
+    source: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    name: str,
+    recipe: str | os.PathLike,
+    metrics: list[Metric],
+    repo_id: str | None = None,
+    by_position: str | os.PathLike | None = None,
+    samples: str | os.PathLike | None = None,
+    bench: str | os.PathLike | None = None,
+) -> Path:
+    """Write the publishable folder of a trained run (see the module docstring) to ``out_dir``.
+
+    Args:
+        source: a run directory (``runs/<family>/<dataset>``, its ``checkpoints/best.ckpt``), a
+            ``.ckpt`` file of :class:`~zoo.tasks.CausalLM`, or a ``save_pretrained`` folder that
+            holds its own ``training.json`` (a model trained and saved on another machine, e.g. a
+            GPU whose Lightning checkpoint stayed there): its files are copied as they are (their
+            dtype too), after the folder loads and matches its ``manifest.json``.
+        name: the checkpoint's name, ``<model>.<dataset>``.
+        recipe: the recipe YAML that trained it (copied as ``recipe.yaml``).
+        metrics: the measured metrics (``zoo evaluate --out``) for the model card.
+        repo_id: its Hub repo (default ``attention-zoo/<name>``), shown in the card.
+        by_position: a folder from ``zoo evaluate --by-position`` (``--out-dir``): its
+            ``by_position.md`` / ``.json`` / ``.png`` are copied into ``out_dir``. The card shows
+            the curve and table whenever ``out_dir`` has these files.
+        samples: an image model's sample grid from ``zoo sample --out PNG``: copied as
+            ``samples.png``, with its ``<stem>_completions.png`` beside it when there is one.
+        bench: a folder from ``zoo bench NAME --out-dir DIR``: its ``bench.md`` / ``.json`` /
+            ``.png`` are copied, and the card shows them.
+
+    The card's wording follows the task of the metrics (:func:`task_of`).
+
+    Raises:
+        CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
+        ``training.json``, or ``by_position`` holds none of the files; ChecksumError: the saved
+        model does not match its manifest; ConfigError: no recipe file.
+    """
+    from zoo.evaluation import BY_POSITION_FILES, find_checkpoint
+    from zoo.tasks import CausalLM
+
+    saved = Path(source)
+    ckpt_path = find_checkpoint(source)
+    if ckpt_path is None and not (saved / "config.json").is_file():
+        raise CheckpointError(
+            f"{source} is neither a .ckpt file, a run directory with checkpoints/best.ckpt, nor "
+            "a save_pretrained folder."
+        )
+    if ckpt_path is None and not (saved / "training.json").is_file():
+        raise CheckpointError(
+            f"{source} is a saved model without training.json: write its training facts there "
+            "(optimizer_steps, tokens, wall_time_s, hardware, ...) to export it."
+        )
+    if not Path(recipe).is_file():
+        raise ConfigError(
+            f"recipe {recipe} does not exist: pass the YAML the run was trained with."
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if ckpt_path is None:
+        from zoo.pretrained import MANIFEST_NAME, from_pretrained
+
+        model = from_pretrained(
+            saved.resolve()
+        )  # loads, and checks every file against the manifest
+        for f in ("config.json", "model.safetensors", MANIFEST_NAME, GOLDEN_NAME):
+            if (saved / f).is_file() and (saved / f).resolve() != (out / f).resolve():
+                shutil.copyfile(saved / f, out / f)
+        facts = json.loads((saved / "training.json").read_text())
+    else:
+        module = CausalLM.load_from_checkpoint(ckpt_path, map_location="cpu")
+        model = module.model
+        model.save_pretrained(out)
+        facts = training_facts(torch.load(ckpt_path, map_location="cpu", weights_only=False))
+        facts["checkpoint"] = ckpt_path.name
+        if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
+            facts["lineage"]["data"] = _data_checksum_of(module, facts["data"])
+    if ckpt_path is not None or not (out / GOLDEN_NAME).is_file():  # a saved model keeps its own
+        record_golden(model, out)
+    if Path(recipe).resolve() != (out / "recipe.yaml").resolve():
+        shutil.copyfile(recipe, out / "recipe.yaml")
+    config = json.loads((out / "config.json").read_text())
+    facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
+    (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+    if by_position is not None:
+        found = [f for f in BY_POSITION_FILES if (Path(by_position) / f).is_file()]
+        if not found:
+            raise CheckpointError(
+                f"{by_position} has none of {list(BY_POSITION_FILES)}: write them with "
+                f"`zoo evaluate {source} --by-position --out-dir {by_position}`."
+            )
+        for f in found:
+            if (Path(by_position) / f).resolve() != (out / f).resolve():
+                shutil.copyfile(Path(by_position) / f, out / f)
+    if samples is not None:
+        grid = Path(samples)
+        if not grid.is_file():
+            raise CheckpointError(
+                f"{grid} does not exist: draw it with `zoo sample --checkpoint {source} --out {grid}`."
+            )
+        completions = grid.with_name(f"{grid.stem}_completions{grid.suffix}")
+        for src, dst in ((grid, SAMPLE_FILES[0]), (completions, SAMPLE_FILES[1])):
+            if src.is_file() and src.resolve() != (out / dst).resolve():
+                shutil.copyfile(src, out / dst)
+    if bench is not None:
+        found = [f for f in BENCH_FILES if (Path(bench) / f).is_file()]
+        if "bench.md" not in found:
+            raise CheckpointError(
+                f"{bench} has no bench.md: write it with `zoo bench {name} --out-dir {bench}`."
+            )
+        for f in found:
+            if (Path(bench) / f).resolve() != (out / f).resolve():
+                shutil.copyfile(Path(bench) / f, out / f)
+    md, png = out / "by_position.md", out / "by_position.png"
+    card = model_card(
+        name,
+        config,
+        metrics,
+        facts,
+        repo_id or f"{DEFAULT_NAMESPACE}/{name}",
+        task=task_of(metrics),
+        by_position=md.read_text() if md.is_file() else None,
+        by_position_plot=png.name if png.is_file() else None,
+        samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
+        bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
+        bench_plot="bench.png" if (out / "bench.png").is_file() else None,
+    )
+    card.save(out / "README.md")
+    return out
+
+
+def refresh_card(name: str, registry: Registry | None = None) -> CheckpointEntry:
+    """Render the model card of the registered checkpoint ``name`` again, from its shipped files
+    and its registry entry (metrics, recipe, repo), and re-register it: for when the card's
+    template changes. Weights and config are untouched; ``revision`` is kept only if the card
+    did not change (a changed card must be pushed again).
+
+    Raises:
+        UnknownModelError: no such entry; CheckpointError: its shipped copy is not here.
+    """
+    registry = registry or load_registry()
+    entry = registry.get(name)
+    folder = registry.shipped_dir / entry.name
+    if not (folder / "training.json").is_file():
+        raise CheckpointError(f"{folder} has no shipped copy of {entry.name}: `zoo pull` it first.")
+    before = sha256_file(folder / "README.md") if (folder / "README.md").is_file() else None
+    export_run(folder, folder, name=entry.name, recipe=folder / "recipe.yaml",
+               metrics=list(entry.metrics), repo_id=entry.repo_id)  # fmt: skip
+    revision = entry.revision if sha256_file(folder / "README.md") == before else None
+    return register(folder, name=entry.name, recipe=entry.recipe, metrics=list(entry.metrics),
+                    repo_id=entry.repo_id, revision=revision, registry=registry)  # fmt: skip
+
+
+def register(
+    folder: str | os.PathLike,
+    *,
+    name: str,
+    recipe: str,
+    metrics: list[Metric],
+    repo_id: str | None = None,
+    revision: str | None = None,
+    registry: Registry | None = None,
+) -> CheckpointEntry:
+    """Add (or replace) the ``checkpoints.yaml`` entry of an exported folder and save the file.
+
+    Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
+    ``zoo push --update-registry`` pins the commit the push created.
+    """
+    from zoo.registry import get_model_class, get_preset
+
+    folder = Path(folder)
+    registry = registry or load_registry()
+    meta = json.loads((folder / "config.json").read_text())
+    cls = get_model_class(meta["model_type"])
+    with torch.device("meta"):
+        model = cls(cls.config_class.from_dict(meta["config"]))  # type: ignore[attr-defined]
+    facts = json.loads((folder / "training.json").read_text())
+    model_name, _, dataset = name.rpartition(".")
+    entry = CheckpointEntry(
+        name=name,
+        model=model_name,
+        model_type=meta["model_type"],
+        task=task_of(list(metrics)),
+        parameters=sum(p.numel() for p in model.parameters()),
+        dataset=dataset,
+        description=get_preset(model_name).description,
+        recipe=str(recipe),
+        config=meta["config"],
+        repo_id=repo_id or f"{DEFAULT_NAMESPACE}/{name}",
+        revision=revision,
+        files={
+            f: {"sha256": sha256_file(folder / f), "size": (folder / f).stat().st_size}
+            for f in PUBLISHED_FILES
+            if (folder / f).is_file()
+        },
+        metrics=tuple(metrics),
+        training={
+            k: facts.get(k)
+            for k in ("optimizer_steps", "tokens", "wall_time_s", "hardware", "precision")
+        }
+        | {"parent": (facts.get("lineage") or {}).get("parent")},  # fmt: skip
+        structure=structure_of(meta, facts),
+    )
+    registry.with_entry(entry).save()
+    return entry

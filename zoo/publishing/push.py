@@ -1,0 +1,117 @@
+"""Pushing a published folder to the Hugging Face Hub, and pinning the pushed commit.
+
+``zoo push`` uploads a folder from ``zoo export`` (or exports a run first) in one commit with
+``HfApi.create_repo`` and ``upload_folder``; with ``update_registry`` the CLI pins the returned
+commit in ``checkpoints.yaml`` (:func:`pin_revision`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+from zoo.errors import CheckpointError, ConfigError, HubError
+from zoo.hub.download import endpoint, sha256_file
+from zoo.hub.registry import CheckpointEntry, Metric, load_registry
+from zoo.publishing.export import PUBLISHED_FILES, export_run
+
+__all__ = ["pin_revision", "push"]
+
+
+def _refusal(e: HfHubHTTPError, repo_id: str) -> HubError:
+    status = e.response.status_code if e.response is not None else None
+    message = e.server_message or str(e).splitlines()[0]
+    hint = {
+        401: "No valid token was sent: set HF_TOKEN or run `hf auth login` with a write token.",
+        403: f"Your token cannot write to {repo_id}: use a token with write access to "
+        f"'{repo_id.split('/')[0]}', or push to your own namespace (--repo-id you/name).",
+        404: f"The repository {repo_id} does not exist or is not visible to your token.",
+    }.get(status or 0, "")
+    return HubError(f"the Hub refused the push to {repo_id}: {status} {message}. {hint}".strip())
+
+
+def push(
+    source: str | os.PathLike,
+    repo_id: str,
+    *,
+    name: str | None = None,
+    recipe: str | os.PathLike | None = None,
+    metrics: list[Metric] | None = None,
+    branch: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> str:
+    """Upload a published folder (or export a run first) to ``repo_id``; return the commit sha.
+
+    ``source`` is a folder from :func:`export_run` (it must hold ``config.json`` and
+    ``model.safetensors``), or a run / ``.ckpt`` with ``name``, ``recipe`` and ``metrics``. The
+    repo is created if needed; only :data:`PUBLISHED_FILES` are uploaded, in one commit.
+
+    Raises:
+        HubError: the Hub refused (no token, no rights, ...), with the server's message.
+    """
+    folder = Path(source)
+    tmp = None
+    if not (folder / "config.json").is_file():
+        if name is None or recipe is None:
+            raise ConfigError(
+                f"{source} is not an exported folder (no config.json); to push a run, give "
+                "its checkpoint name and recipe (zoo push RUN --name NAME --recipe YAML)."
+            )
+        tmp = tempfile.TemporaryDirectory(prefix="zoo-push-")
+        folder = export_run(
+            source, tmp.name, name=name, recipe=recipe, metrics=metrics or [], repo_id=repo_id
+        )
+    missing = [f for f in ("config.json", "model.safetensors") if not (folder / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} lacks {missing}: export it with `zoo export` first.")
+    api = HfApi(endpoint=endpoint(), token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            revision=branch,
+            allow_patterns=list(PUBLISHED_FILES),
+            commit_message=commit_message or f"Upload {folder.name} with attention-zoo",
+        )
+    except LocalTokenNotFoundError:
+        raise HubError(
+            f"no Hugging Face token to push to {repo_id}: set HF_TOKEN or run `hf auth login`."
+        ) from None
+    except HfHubHTTPError as e:
+        raise _refusal(e, repo_id) from None
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return info.oid
+
+
+def pin_revision(folder: str | os.PathLike, repo_id: str, revision: str) -> CheckpointEntry:
+    """Record in ``checkpoints.yaml`` that the entry whose files are ``folder``'s is at
+    ``repo_id@revision`` on the Hub.
+
+    Raises:
+        ConfigError: no registry entry has exactly these files (register it first).
+    """
+    registry = load_registry()
+    folder = Path(folder)
+    for entry in registry.entries.values():
+        if all(
+            (folder / f).is_file() and sha256_file(folder / f) == rec["sha256"]
+            for f, rec in entry.files.items()
+        ):
+            from dataclasses import replace
+
+            pinned = replace(entry, repo_id=repo_id, revision=revision)
+            registry.with_entry(pinned).save()
+            return pinned
+    raise ConfigError(
+        f"no entry of {registry.path} has exactly the files of {folder}: register it first "
+        "(zoo export ... --register)."
+    )
