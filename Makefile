@@ -15,6 +15,7 @@ RECIPE ?= recipes/transformer_lm/pg19mini.yaml
 # where RECIPE's ModelCheckpoint writes its best checkpoint
 CKPT ?= runs/transformer_lm/pg19mini/checkpoints/best.ckpt
 PROMPT ?= It was a cold night in the village, and
+SENTENCES ?= Ein Mann fährt mit dem Fahrrad durch den Park.
 
 .PHONY: setup run train test lint
 
@@ -34,6 +35,7 @@ run: setup
 	$(BIN)/zoo evaluate $(CHECKPOINT) --registered
 	$(BIN)/zoo generate --checkpoint $(CHECKPOINT) --prompt "$(PROMPT)" --max-new-tokens 400 \
 		--temperature 0.8 --top-k 40 --seed 0
+	printf '%s\n' "$(SENTENCES)" | $(BIN)/zoo translate --checkpoint transformer_small.multi30k
 
 train: setup
 	$(BIN)/zoo fit --config $(RECIPE)

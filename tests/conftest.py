@@ -87,3 +87,15 @@ def published(registry, tmp_path) -> Path:
     )
     register(folder, name=NAME, recipe=recipe, metrics=[METRIC])
     return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A joint BPE of 64 tokens learned on German and English toy sentences (translation tests)."""
+    from zoo.data.translation import train_bpe
+
+    words = "ein Hund läuft im Park eine Frau liest Buch Mann a dog runs in park woman reads book"
+    words = words.split()
+    texts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(2 + i % 5))
+             for i in range(200)]  # fmt: skip
+    return train_bpe(texts, vocab_size=64)

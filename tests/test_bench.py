@@ -50,6 +50,7 @@ def test_lengths_double_from_256_to_the_context():
     assert bench_lengths(3072) == [256, 512, 1024, 2048, 3072]  # the context itself last
     assert bench_lengths(256) == [256]
     assert bench_lengths(48) == [48]  # a tiny model: its context alone
+    assert bench_lengths(256, start=32) == [32, 64, 128, 256]  # encoder-decoders start at 32
 
 
 def _assert_measured(row: BenchRow) -> None:
@@ -61,7 +62,8 @@ def _assert_measured(row: BenchRow) -> None:
 
 
 @pytest.mark.parametrize(
-    "folder, lengths", [("lm", [256, 512, 1024]), ("image", [48]), ("sparse", [256])]
+    "folder, lengths",
+    [("lm", [256, 512, 1024]), ("image", [48]), ("sparse", [256]), ("seq2seq", [32, 64])],
 )
 def test_a_row_per_length_up_to_the_context(saved, folder, lengths):
     card = benchmark(str(saved / folder), **FAST)
@@ -138,7 +140,6 @@ def test_the_default_out_dir_is_bench_slash_the_name(saved, monkeypatch, capsys)
         (["{lm}", "--lengths", "256", "2048"], "[2048] outside 2..1024"),
         (["{lm}", "--device", "cuda"], "no CUDA device"),
         (["{lm}", "--device", "gpu0"], "is not a device"),
-        (["{seq2seq}"], "encoder-decoder"),
         (["{lm}", "--repeats", "0"], "--repeats must be >= 1"),
         (["{missing}"], "is not a directory"),
     ],
@@ -155,3 +156,17 @@ def test_bad_input_is_a_one_line_error(saved, tmp_path, args, message, capsys):
     assert err.startswith("zoo bench: error: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_encoder_decoder_decodes_into_its_cache_as_translate_does(saved):
+    """The generation row of an encoder-decoder times `decode` steps over a cache of the encoded
+    source: the same logits as decoding the whole target at once (so it is the real loop)."""
+    from zoo.bench import _prefill, _step
+
+    model = zoo.from_pretrained(saved / "seq2seq")
+    x = torch.randint(4, model.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        logits, cache = _prefill(model, x, 8)
+        steps = [_step(model, x[:, t : t + 1], cache) for t in range(8, 12)]
+        full = model(x, x)
+    torch.testing.assert_close(torch.cat([logits, *steps], 1), full, atol=1e-5, rtol=1e-5)

@@ -1,6 +1,7 @@
 """The `zoo` command end to end: recipes parse, a short real fit, test, predict, generate, errors."""
 
 import csv
+import json
 import os
 import signal
 import warnings
@@ -203,6 +204,11 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     before, after = first["callbacks"]["TrainingSummary"], last["callbacks"]["TrainingSummary"]
     assert (before["tokens"], after["tokens"]) == (3 * 16 * 128, 6 * 16 * 128)
     assert after["wall_time"] > before["wall_time"] > 0
+    # and the end of fit writes them with the final step (for an average of weights-only files)
+    summary = json.loads(
+        (tmp_path / "runs/transformer_lm/pg19mini/training_summary.json").read_text()
+    )
+    assert summary == {"global_step": 6} | after
 
 
 def test_pattern_command_draws_png(tmp_path, capsys):

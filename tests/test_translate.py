@@ -12,16 +12,6 @@ from zoo.cli import main
 from zoo.data.translation import BOS_ID, EOS_ID, train_bpe
 from zoo.errors import CheckpointError
 
-WORDS = "ein Hund läuft im Park eine Frau liest Buch Mann a dog runs in park woman reads book"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    words = WORDS.split()
-    texts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(2 + i % 5))
-             for i in range(200)]  # fmt: skip
-    return train_bpe(texts, vocab_size=64)
-
 
 @pytest.fixture
 def model(tokenizer):

@@ -16,6 +16,10 @@ process's peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` 
 freed heap to the system with ``malloc_trim``), which counts everything the process touched
 (oneDNN scratch, the allocator's slack), not only tensors; elsewhere ``None``.
 
+An encoder-decoder (translation) model reads a source of ``n`` tokens and a target of ``n``
+tokens: forward and training step run both, generation encodes the source and decodes into the
+target as :func:`zoo.translate` does; its lengths start at 32.
+
 Lengths run from 256 (or the context, if shorter) doubling up to the model's ``max_seq_len``, the
 context itself the last; one untimed pass at the shortest length comes first, so one-time set-up
 (library initialisation, thread pools) is no length's time or memory. When ``n <= new_tokens``
@@ -224,9 +228,36 @@ def _timed(device: torch.device, run: Callable[[], float | None], warmup: int, r
     return statistics.median(times), _memory_peak(device, start)
 
 
+SEQ2SEQ_START = 32  # encoder-decoders' shortest length: translation sentences are short
+
+
+def _seq2seq(model: nn.Module) -> bool:
+    return getattr(model, "is_encoder_decoder", False)
+
+
 def _tokens(model: nn.Module, n: int, device: torch.device, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, model.config.vocab_size, (1, n), generator=g).to(device)  # (1, n)
+    low = 4 if _seq2seq(model) else 0  # past a tokenizer's specials (pad 0 would be masked)
+    return torch.randint(low, model.config.vocab_size, (1, n), generator=g).to(device)  # (1, n)
+
+
+def _full(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits ``(1, n, V)`` of ``x``; an encoder-decoder reads ``x`` as source and target."""
+    return model(x, x) if _seq2seq(model) else model(x)
+
+
+def _prefill(model: nn.Module, x: torch.Tensor, prompt_len: int):
+    """``(logits, cache)`` after encoding the first ``prompt_len`` tokens into the cache (an
+    encoder-decoder first encodes all of ``x`` as its source)."""
+    if _seq2seq(model):
+        cache = model.init_cache(*model.encode(x))
+        return model.decode(x[:, :prompt_len], cache=cache), cache
+    cache = model.init_cache(1)
+    return model(x[:, :prompt_len], cache), cache
+
+
+def _step(model: nn.Module, token: torch.Tensor, cache) -> torch.Tensor:
+    return model.decode(token, cache=cache) if _seq2seq(model) else model(token, cache)
 
 
 def measure_length(
@@ -253,7 +284,7 @@ def measure_length(
 
     def forward() -> None:
         with torch.no_grad(), autocast():
-            model(x)
+            _full(model, x)
 
     forward_s, forward_peak = _timed(device, forward, warmup, repeats)
 
@@ -262,13 +293,12 @@ def measure_length(
 
     def decode() -> float:
         with torch.no_grad(), autocast():
-            cache = model.init_cache(1)
-            logits = model(x[:, :prompt_len], cache)  # (1, prompt_len, V), untimed
+            logits, cache = _prefill(model, x, prompt_len)  # (1, prompt_len, V), untimed
             token = logits[:, -1, :].float().argmax(-1, keepdim=True)  # (1, 1)
             _sync(device)
             t0 = time.perf_counter()
             for _ in range(steps):  # the cached loop of zoo.generate, greedy
-                logits = model(token, cache)
+                logits = _step(model, token, cache)
                 token = logits[:, -1, :].float().argmax(-1, keepdim=True)
             _sync(device)
             return time.perf_counter() - t0
@@ -283,7 +313,7 @@ def measure_length(
 
     def train_step() -> None:
         with autocast():
-            logits = model(x)  # (1, n, V)
+            logits = _full(model, x)  # (1, n, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -324,8 +354,7 @@ def benchmark(
 
     Raises:
         ConfigError: an unavailable device, an unknown precision, a length outside
-            ``2..max_seq_len``, ``repeats < 1``, ``warmup < 0``, ``new_tokens < 1``, or an
-            encoder-decoder model (zoo bench measures decoder-only models).
+            ``2..max_seq_len``, ``repeats < 1``, ``warmup < 0`` or ``new_tokens < 1``.
         UnknownModelError, CheckpointError, HubError: from :func:`zoo.from_pretrained`.
     """
     from zoo import __version__
@@ -340,13 +369,9 @@ def benchmark(
             f"{warmup} and {new_tokens}"
         )
     model = from_pretrained(name, device=dev, dtype=PRECISIONS[precision][1])
-    if getattr(model, "is_encoder_decoder", False):
-        raise ConfigError(
-            f"{name} is an encoder-decoder ({type(model).__name__}): zoo bench measures "
-            "decoder-only language and image models"
-        )
     context = model.config.max_seq_len
-    lengths = sorted(set(lengths)) if lengths else bench_lengths(context)
+    start = SEQ2SEQ_START if _seq2seq(model) else 256
+    lengths = sorted(set(lengths)) if lengths else bench_lengths(context, start)
     bad = [n for n in lengths if not 2 <= n <= context]
     if bad:
         raise ConfigError(
@@ -431,7 +456,10 @@ def render_markdown(card: BenchCard) -> str:
         "forward: one forward pass without gradients. generation: greedy cached decoding of the "
         f"last {new} tokens of the sequence (the prompt before them encoded untimed). train step: "
         "forward, cross-entropy, backward and an AdamW step. peak: memory above what was in use "
-        f"before the measurement (weights not counted): {card.memory}.",
+        f"before the measurement (weights not counted): {card.memory}."
+        + (" An encoder-decoder: length n is a source of n tokens and a target of n tokens; "
+           "generation encodes the source, then decodes into the target as zoo.translate does."
+           if card.model_type.endswith("seq2seq") else ""),  # fmt: skip
         "",
         "| " + " | ".join(h for h, _, _, _ in COLUMNS) + " |",
         "|" + "---:|" * len(COLUMNS),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,14 @@ class TrainingSummary(Callback):
     checkpoint (the callback's state) and carried over when a run resumes: ``zoo push`` reads them
     for the model card. So are the lineage facts of :mod:`zoo.lineage`: the git commit of each fit
     and the checksum of the training data (the data module's splits other than test).
+
+    At the end of fit the state is also written to ``<default_root_dir>/training_summary.json``
+    with the final ``global_step``: a run whose last checkpoint predates its final step (Lightning
+    writes ``last.ckpt`` only when it saves another checkpoint) still has its final facts, which
+    ``zoo export`` reads for an average of its periodic weights-only checkpoints.
     """
+
+    FILE = "training_summary.json"
 
     def __init__(self) -> None:
         self.tokens = 0
@@ -139,6 +147,10 @@ class TrainingSummary(Callback):
             if key.startswith("val/"):
                 table.add_row(key, f"{float(value):.4f}")
         Console().print(table)
+        path = Path(trainer.default_root_dir) / self.FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {"global_step": trainer.global_step} | self.state_dict()
+        path.write_text(json.dumps(facts, indent=2) + "\n")
 
 
 class SampleWriter(BasePredictionWriter):

@@ -459,11 +459,21 @@ def translate_main(args: list[str]) -> None:
     )
     parser.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
     parser.add_argument("--output", help="where to write the translations (default: stdout)")
-    parser.add_argument("--decoding", choices=("beam", "greedy"), default="beam")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent")
-    parser.add_argument("--max-len-a", type=float, default=1.0)
-    parser.add_argument("--max-len-b", type=int, default=50, help="max length = a * source + b")
+    parser.add_argument("--decoding", choices=("beam", "greedy"),
+                        help="default: a published checkpoint's (the decoding of its registered "
+                        "test BLEU), else beam")  # fmt: skip
+    parser.add_argument("--beam-size", type=int, help="default: the checkpoint's, else 4")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        help="GNMT length penalty exponent (default: the checkpoint's, else 0.6)",
+    )
+    parser.add_argument("--max-len-a", type=float, help="default: the checkpoint's, else 1.0")
+    parser.add_argument(
+        "--max-len-b",
+        type=int,
+        help="max length = a * source + b (default: the checkpoint's, else 50)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
@@ -474,7 +484,14 @@ def translate_main(args: list[str]) -> None:
     ns = parser.parse_args(args)
 
     from zoo.beam_search import translate
+    from zoo.evaluation import default_decoding
 
+    given = {"search": ns.decoding, "beam_size": ns.beam_size, "alpha": ns.alpha,
+             "max_len_a": ns.max_len_a, "max_len_b": ns.max_len_b}  # fmt: skip
+    settings = default_decoding(ns.checkpoint) | {k: v for k, v in given.items() if v is not None}
+    ns.decoding, ns.beam_size, ns.alpha, ns.max_len_a, ns.max_len_b = (
+        settings[k] for k in ("search", "beam_size", "alpha", "max_len_a", "max_len_b")
+    )
     if ns.input is not None and not Path(ns.input).is_file():
         parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
     checked_device(parser, ns.device)

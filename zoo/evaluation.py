@@ -23,6 +23,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lightning import Trainer
 
@@ -35,7 +36,10 @@ __all__ = [
     "PositionProfile",
     "bits_by_position",
     "evaluate",
+    "checkpoint_task",
+    "default_decoding",
     "evaluate_images",
+    "evaluate_translation",
     "find_checkpoint",
     "load_metrics",
     "load_position_profile",
@@ -68,16 +72,44 @@ def find_checkpoint(source: str | os.PathLike) -> Path | None:
     return None
 
 
+def checkpoint_task(path: str | os.PathLike):
+    """The :mod:`zoo.tasks` class a Lightning checkpoint was saved from (its hyperparameters'
+    ``_class_path``), read without running any of its code; ``None`` if it names none."""
+    import torch
+
+    from zoo import tasks
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        class_path = str(ckpt["hyper_parameters"]["_class_path"])
+    except Exception:
+        return None
+    module, _, name = class_path.rpartition(".")
+    return getattr(tasks, name, None) if module.startswith("zoo.tasks") else None
+
+
 def load_task(source: str | os.PathLike, task_cls=None):
-    """A :class:`~zoo.tasks.CausalLM` (or ``task_cls``, e.g. :class:`~zoo.tasks.ImageLM`) for a
-    ``.ckpt``, a run directory, or anything :func:`zoo.from_pretrained` takes (published name, repo
-    id, ``save_pretrained`` directory)."""
+    """The LightningModule of ``source``: for a ``.ckpt`` or a run directory, the task it was
+    saved from; for anything :func:`zoo.from_pretrained` takes (published name, repo id,
+    ``save_pretrained`` directory), a ``task_cls`` (default :class:`~zoo.tasks.CausalLM`) around it.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be loaded, or is of another task than ``task_cls``
+            (a translation checkpoint where a language model is measured).
+    """
     from zoo.tasks import CausalLM
 
-    task_cls = task_cls or CausalLM
     ckpt = find_checkpoint(source)
     if ckpt is None:
-        return task_cls(init_from=str(source))
+        return (task_cls or CausalLM)(init_from=str(source))
+    saved = checkpoint_task(ckpt)
+    if task_cls is not None and saved is not None and not issubclass(saved, task_cls):
+        raise CheckpointError(
+            f"{ckpt} is a checkpoint of {saved.__name__}, not {task_cls.__name__}: "
+            + ("measure it on a parallel corpus (--dataset multi30k)." if saved.__name__ ==
+               "Translation" else "measure it on the data set it was trained for.")
+        )  # fmt: skip
+    task_cls = saved or task_cls or CausalLM
     try:
         return task_cls.load_from_checkpoint(ckpt, map_location="cpu")
     except Exception as e:
@@ -101,9 +133,11 @@ def evaluate(
     batch_size: int | None = None,
     data_dir: str | None = None,
     progress: bool = True,
+    decoding: dict[str, Any] | None = None,
 ) -> Metric:
     """Bits per byte of ``source`` (see :func:`load_task`) on ``split`` of ``dataset``; bits per
-    dim for an image data set (:func:`evaluate_images`).
+    dim for an image data set (:func:`evaluate_images`), BLEU for a parallel corpus
+    (:func:`evaluate_translation`, with ``decoding``; ``windows``: the first sentences).
 
     Args:
         windows: measure only the first ``windows`` evaluation windows of the split (None: all).
@@ -121,9 +155,22 @@ def evaluate(
     """
     from zoo.data import ByteTextDataModule
     from zoo.data.images import IMAGE_DATASETS
+    from zoo.data.translation import EVAL_SPLITS
+    from zoo.tasks import CausalLM
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if dataset in EVAL_SPLITS:
+        if first_bytes is not None or precision != "32-true":
+            raise ConfigError(
+                f"{dataset} is a parallel corpus: give --windows N (the first N sentences) and "
+                "measure BLEU in fp32 (--precision 32-true)"
+            )
+        return evaluate_translation(source, dataset=dataset, split=split, sentences=windows,
+                                    decoding=decoding, data_dir=data_dir,
+                                    progress=progress)  # fmt: skip
+    if decoding is not None:
+        raise ConfigError(f"decoding settings are for translation, not for {dataset}")
     if dataset in IMAGE_DATASETS:
         if first_bytes is not None:
             raise ConfigError(
@@ -134,7 +181,7 @@ def evaluate(
                                progress=progress)  # fmt: skip
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
-    module = load_task(source)
+    module = load_task(source, CausalLM)
     context = module.model.config.max_seq_len
     if first_bytes is not None:
         windows = math.ceil(first_bytes / context)
@@ -231,11 +278,142 @@ def evaluate_images(
     )
 
 
+PAPER_DECODING = {"search": "beam", "beam_size": 4, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50}
+"""Vaswani et al. 2017, section 6.1: beam 4, length penalty alpha 0.6, at most source + 50 tokens."""
+
+
+def default_decoding(source: str | os.PathLike) -> dict[str, Any]:
+    """How to decode ``source`` by default: the decoding of its registered test BLEU when it is a
+    published checkpoint (so `zoo translate NAME` reproduces its card), else the paper's."""
+    from zoo.hub import load_registry
+
+    entry = load_registry().entries.get(str(source))
+    registered = entry.whole_split("test") if entry is not None else None
+    decoding = dict(PAPER_DECODING)
+    if registered is not None and registered.decoding:
+        decoding |= {k: v for k, v in registered.decoding.items() if k in PAPER_DECODING}
+    return decoding
+
+
+def _translation_model(source: str | os.PathLike):
+    """``(model, training facts)`` of a translation ``.ckpt``, run directory, published name, repo
+    id or saved folder; the facts hold ``averaged_from`` and the data's languages when known."""
+    import torch
+
+    from zoo.hub import resolve
+    from zoo.pretrained import from_pretrained
+    from zoo.tasks import Translation
+
+    ckpt = find_checkpoint(source)
+    if ckpt is not None:
+        model = load_task(ckpt, Translation).model.eval()
+        saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        data = saved.get("datamodule_hyper_parameters") or {}
+        return model, {"averaged_from": saved.get("averaged_from"), "data": dict(data)}
+    folder, _ = resolve(source)
+    model = from_pretrained(source)
+    facts = folder / "training.json"
+    return model, json.loads(facts.read_text()) if facts.is_file() else {}
+
+
+def evaluate_translation(
+    source,
+    *,
+    dataset: str = "multi30k",
+    split: str = "test",
+    sentences: int | None = None,
+    decoding: dict[str, Any] | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    batch_size: int = 64,
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> Metric:
+    """Corpus BLEU of the translation model ``source`` on ``split`` of a parallel corpus.
+
+    Translates with :func:`zoo.beam_search.translate` in fp32 and scores with sacrebleu's default
+    BLEU (13a tokenization, ``exp`` smoothing) against the raw references, as
+    ``recipes/transformer/decoding_sweep.py`` does. ``split`` is the zoo's ``valid`` or ``test``,
+    which :data:`~zoo.data.translation.EVAL_SPLITS` names for each corpus (Multi30k: ``val`` and
+    ``test_2016_flickr``).
+
+    Args:
+        source: a ``.ckpt`` of :class:`~zoo.tasks.Translation` (e.g. from ``zoo average``), a run
+            directory, a published name, a repo id or a ``save_pretrained`` folder.
+        sentences: only the first N sentences of the split, in order (None: all).
+        decoding: ``search`` (``beam`` or ``greedy``), ``beam_size``, ``alpha`` (GNMT's length
+            penalty exponent), ``max_len_a``, ``max_len_b``; missing keys: :func:`default_decoding`.
+        source_lang, target_lang: default: the languages the model was trained on, else de -> en.
+
+    Returns:
+        a :class:`~zoo.hub.registry.Metric` named ``bleu`` (0-100) with sacrebleu's ``signature``
+        and the ``decoding`` used, plus ``checkpoint`` (the averaged steps) when known;
+        ``windows``: the sentences of a slice, ``targets``: the sentences scored.
+
+    Raises:
+        ConfigError: an unknown split, corpus or decoding setting; CheckpointError / HubError: the
+        model cannot be loaded; DataNotFoundError: the corpus is not found; ValueError: a sentence
+        longer than the model's context.
+    """
+    import sacrebleu
+
+    from zoo.beam_search import translate
+    from zoo.data.translation import EVAL_SPLITS, load_pairs
+
+    if dataset not in EVAL_SPLITS:
+        raise ConfigError(
+            f"{dataset} is not a parallel corpus the zoo knows: {sorted(EVAL_SPLITS)}"
+        )
+    if split not in EVAL_SPLITS[dataset]:
+        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    settings = default_decoding(source) | (decoding or {})
+    unknown = sorted(set(settings) - set(PAPER_DECODING) - {"checkpoint"})
+    if unknown or settings["search"] not in ("beam", "greedy"):
+        raise ConfigError(
+            f"decoding settings {unknown or settings['search']!r} are not understood: give "
+            f"search (beam or greedy), {', '.join(list(PAPER_DECODING)[1:])}"
+        )
+    model, facts = _translation_model(source)
+    data = facts.get("data") or {}
+    pairs = load_pairs(dataset, EVAL_SPLITS[dataset][split],
+                       source_lang or data.get("source_lang") or "de",
+                       target_lang or data.get("target_lang") or "en", data_dir=data_dir)  # fmt: skip
+    pairs = pairs[:sentences] if sentences is not None else pairs
+    greedy = settings["search"] == "greedy"
+    hyps = translate(
+        model, [s for s, _ in pairs], decoding=settings["search"], beam_size=settings["beam_size"],
+        alpha=settings["alpha"], max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"],
+        batch_size=batch_size, progress=progress,
+    )  # fmt: skip
+    bleu = sacrebleu.metrics.BLEU()
+    score = bleu.corpus_score(hyps, [[t for _, t in pairs]])
+    used = {"search": settings["search"]} | (
+        {} if greedy else {k: settings[k] for k in ("beam_size", "alpha")}
+    )
+    used |= {k: settings[k] for k in ("max_len_a", "max_len_b")}
+    averaged = (facts.get("averaged_from") or {}).get("global_steps")
+    if averaged:
+        used["checkpoint"] = f"average of {len(averaged)} (steps {', '.join(map(str, averaged))})"
+    return Metric(
+        name="bleu",
+        value=round(score.score, 4),
+        dataset=dataset,
+        split=split,
+        windows=sentences,
+        targets=len(pairs),
+        precision="32-true",
+        hardware=hardware(),
+        date=datetime.date.today().isoformat(),
+        signature=str(bleu.get_signature()),
+        decoding=used,
+    )
+
+
 def save_metric(metric: Metric, path: str | os.PathLike) -> None:
     """Add ``metric`` to the JSON list in ``path``, replacing one measured the same way."""
     path = Path(path)
     records = json.loads(path.read_text()) if path.is_file() else []
-    same = ("name", "dataset", "split", "windows", "precision")
+    same = ("name", "dataset", "split", "windows", "precision", "decoding")
     new = metric.to_dict()
     records = [r for r in records if any(r.get(k) != new.get(k) for k in same)] + [new]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,6 +548,7 @@ def bits_by_position(
 
     from zoo.data import ByteTextDataModule
     from zoo.data.images import IMAGE_DATASETS
+    from zoo.tasks import CausalLM
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
@@ -386,7 +565,7 @@ def bits_by_position(
         raise ConfigError(f"bucket must be positive, got {bucket}")
     if context is not None and bucket > context:
         raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
-    model = load_task(source).model
+    model = load_task(source, CausalLM).model
     trained = model.config.max_seq_len
     context = context or trained
     if bucket > context:

@@ -48,6 +48,7 @@ from zoo.errors import ConfigError, DataNotFoundError
 __all__ = [
     "BOS_ID",
     "EOS_ID",
+    "EVAL_SPLITS",
     "PAD_ID",
     "SPECIAL_TOKENS",
     "WMT14_URLS",
@@ -62,6 +63,10 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco",
                    "test_2018_flickr")  # fmt: skip
+EVAL_SPLITS = {  # the zoo's "valid" and "test" of each parallel corpus (zoo evaluate --split)
+    "multi30k": {"valid": "val", "test": "test_2016_flickr"},
+    "wmt14": {"valid": "newstest2013", "test": "newstest2014"},
+}
 
 
 def _read_lines(path: Path) -> list[str]:

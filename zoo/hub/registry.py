@@ -241,6 +241,11 @@ class Metric:
         """``value`` (default this metric's) with the metric's decimals: ``"1.8030"``."""
         return f"{self.value if value is None else value:.{self.kind.digits}f}"
 
+    @property
+    def decoding_text(self) -> str:
+        """A BLEU's decoding settings (``search beam, beam_size 4, alpha 2.0, ...``), else ``–``."""
+        return ", ".join(f"{k} {v}" for k, v in self.decoding.items()) if self.decoding else "–"
+
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None or k == "windows"}
 

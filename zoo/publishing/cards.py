@@ -29,7 +29,7 @@ DATASETS = {  # model card wording of the data sets a checkpoint can be trained 
     "cifar10": "CIFAR-10: 48,000 training images, 2,000 held out for validation (seeded, as the "
     "papers), 10,000 test images; 32×32 RGB as 3,072 sub-pixels in raster order",
     "multi30k": "Multi30k task 1 (Flickr30k captions), German→English: 29,000 training pairs, "
-    "val 1,014, test2016 1,000",
+    "val 1,014, test2016 1,000 (the `valid` and `test` splits of its metrics)",
 }
 CAVEATS = {  # said beside every figure measured on these data sets
     "cifar10": "JPEG copy (quality ≈75) of CIFAR-10: its pixels differ slightly from the lossless "
@@ -98,10 +98,11 @@ with `zoo fit --config recipe.yaml --model.init_from {name}`.""",
 import zoo
 
 model = zoo.from_pretrained("{name}")  # or "{repo_id}"; tokenizer.json comes with it
-print(zoo.translate(model, ["Ein Mann fährt Fahrrad."], beam_size=4))
+print(zoo.translate(model, ["Ein Mann fährt Fahrrad."], {decoding}))
 ```
 
-or `echo "Ein Mann fährt Fahrrad." | zoo translate --checkpoint {name}`.""",
+or `echo "Ein Mann fährt Fahrrad." | zoo translate --checkpoint {name}`, which decodes as the
+test BLEU below was measured.""",
         limitations="A small research checkpoint trained on 29,000 image captions: it translates "
         "short descriptive German sentences; longer or other text falls outside what it has seen.",
     ),
@@ -168,7 +169,7 @@ def model_card(
         description = model_type
     dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
     data = ModelCardData(
-        language="en" if task != "image_lm" else None,
+        language=_languages(task, facts),
         license="apache-2.0",
         library_name="attention-zoo",
         tags=[model_type.replace("_", "-"), *card.tags, "pytorch"],
@@ -183,7 +184,7 @@ def model_card(
                 dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
                 dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
                 metric_type=m.name,
-                metric_name=f"{m.kind.unit} ({m.measured_on})",
+                metric_name=f"{m.kind.unit} ({m.measured_on}{_search(m)})",
                 metric_config=m.signature,
                 metric_value=m.value,
             )
@@ -194,12 +195,15 @@ def model_card(
         f"| {m.kind.unit} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
         f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
         f"| {m.precision} "
-        f"| {_how(m)} | {m.hardware or 'unknown'} |"
+        f"| {m.decoding_text} | {m.hardware or 'unknown'} |"
         for m in metrics
     )
     caveats = "".join(
         f"\n† {CAVEATS[d]}.\n" for d in sorted({m.dataset for m in metrics}) if d in CAVEATS
-    )
+    ) + "".join(
+        f"\nsacrebleu signature: `{sig}`.\n" for sig in sorted({m.signature for m in metrics
+                                                                if m.signature})
+    )  # fmt: skip
     direction = ", ".join(
         f"{m.kind.unit}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
         for m in {m.name: m for m in metrics}.values()
@@ -210,7 +214,9 @@ def model_card(
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
-    unit = {"image_lm": "sub-pixels (one image)", "translation": "tokens"}.get(task, "bytes")
+    unit = {"image_lm": "sub-pixels (one image)", "translation": "padded source tokens"}.get(
+        task, "bytes"
+    )
     windows = _training_windows(
         facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
     )
@@ -219,6 +225,7 @@ def model_card(
         f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
     )
     use = card.use.replace("{name}", name).replace("{repo_id}", repo_id)
+    use = use.replace("{decoding}", _decoding_arguments(metrics))
     body = f"""
 # {name}
 
@@ -266,6 +273,32 @@ these facts in machine-readable form.
 {card.limitations}
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _languages(task: str, facts: dict[str, Any]) -> list[str] | str | None:
+    """The card's ``language``: a translation model's two, a text model's English, else none."""
+    data = facts.get("data", {})
+    if task == "translation":
+        return [data.get("source_lang") or "de", data.get("target_lang") or "en"]
+    return "en" if task != "image_lm" else None
+
+
+def _decoding_arguments(metrics: list[Metric]) -> str:
+    """``zoo.translate``'s arguments for the decoding of the first whole-test BLEU:
+    ``beam_size=4, alpha=2.0`` (the paper's when none)."""
+    test = next((m for m in metrics if m.name == "bleu" and m.whole and m.split == "test"), None)
+    d = (test.decoding if test else None) or {"search": "beam", "beam_size": 4, "alpha": 0.6}
+    if d.get("search") == "greedy":
+        return 'decoding="greedy"'
+    return f"beam_size={d.get('beam_size', 4)}, alpha={d.get('alpha', 0.6)}"
+
+
+def _search(m: Metric) -> str:
+    """``, beam 4, alpha 2.0`` or ``, greedy`` for a BLEU, else nothing."""
+    d = m.decoding or {}
+    if d.get("search") == "beam":
+        return f", beam {d.get('beam_size')}, alpha {d.get('alpha')}"
+    return ", greedy" if d.get("search") == "greedy" else ""
 
 
 def _of_context(m: Metric) -> str:
@@ -319,7 +352,7 @@ def _lineage_section(facts: dict[str, Any]) -> str:
         ("package versions at export", ", ".join(f"{k} {v}" for k, v in versions.items() if v)
          or "unknown"),
         ("training data", f"{data['dataset']} ({', '.join(data['splits'])}), sha256 "
-         f"`{data['sha256']}` (zoo.lineage.data_checksum)" if data else "not recorded"),
+         f"`{data['sha256']}` (zoo.lineage)" if data else "not recorded"),
         ("fine-tuned from", f"`{lineage['parent']}`" if lineage.get("parent")
          else "– (trained from scratch)"),
     ]  # fmt: skip
@@ -331,13 +364,6 @@ def _lineage_section(facts: dict[str, Any]) -> str:
 |---|---|
 {table}
 """
-
-
-def _how(m: Metric) -> str:
-    """The decoding settings of a BLEU row (``beam 4, α 0.6, average of 5``), else a dash."""
-    if not m.decoding:
-        return "–"
-    return ", ".join(f"{k} {v}" for k, v in m.decoding.items())
 
 
 def _bench_section(name: str, table: str | None, plot: str | None) -> str:
@@ -382,6 +408,11 @@ def _training_windows(
             f"{_training_windows(st, context, unit=unit)} for {st.get('optimizer_steps', '?'):,} steps "
             f"(`{st.get('recipe', '?')}`)"
             for st in stages
+        )
+    if data.get("max_tokens"):  # translation: token-bucketed batches of sentence pairs
+        return (
+            f"batches of sentence pairs of similar length, up to {data['max_tokens']:,} padded "
+            "source tokens each"
         )
     batch, seq_len = data.get("batch_size"), data.get("seq_len")
     if not batch or not seq_len:

@@ -40,9 +40,16 @@ def _console() -> Console:
 
 
 def _whole(entry, split: str) -> str:
-    """The task's metric measured on the whole ``split`` (``1.803 bits/byte``), or a dash."""
+    """The task's metric measured on the whole ``split`` (``1.803 bits/byte``), or a dash; a † when
+    its data set has a caveat (:data:`zoo.publishing.cards.CAVEATS`)."""
+    from zoo.publishing.cards import CAVEATS
+
     m = entry.whole_split(split)
-    return f"{m.value:.{max(2, m.kind.digits - 1)}f} {m.kind.unit}" if m else "–"
+    if m is None:
+        return "–"
+    return f"{m.value:.{max(2, m.kind.digits - 1)}f} {m.kind.unit}" + (
+        " †" if m.dataset in CAVEATS else ""
+    )
 
 
 def markdown_table(entries) -> str:
@@ -63,7 +70,10 @@ def markdown_table(entries) -> str:
             f"{e.config.get('max_seq_len')} | {e.dataset} | {_whole(e, 'valid')} | "
             f"{_whole(e, 'test')} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
         )
-    return "\n".join(lines)
+    from zoo.publishing.cards import CAVEATS
+
+    notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in entries}) if d in CAVEATS]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def _readme_with_table(readme: str, table: str) -> str:
@@ -170,6 +180,11 @@ def evaluate_main(args: list[str]) -> None:
         "--first-bytes", type=int, help="only the windows covering the first N bytes of the split"
     )
     parser.add_argument("--precision", default="32-true", help="a Lightning precision")
+    search = parser.add_argument_group("translation (BLEU): decoding, default the registered "
+                                       "test BLEU's for a published name, else the paper's")  # fmt: skip
+    search.add_argument("--decoding", choices=("beam", "greedy"))
+    search.add_argument("--beam-size", type=int)
+    search.add_argument("--alpha", type=float, help="GNMT length penalty exponent")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--data-dir", help="default: $ZOO_DATA_DIR")
     parser.add_argument("--out", help="add the result to this JSON file (zoo export reads it)")
@@ -202,11 +217,16 @@ def evaluate_main(args: list[str]) -> None:
     if ns.by_position:
         _by_position(ns)
         return
+    decoding = {k: v for k, v in (("search", ns.decoding), ("beam_size", ns.beam_size),
+                                  ("alpha", ns.alpha)) if v is not None} or None  # fmt: skip
     if not ns.registered:
         m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
-                     first_bytes=ns.first_bytes, precision=ns.precision,
+                     first_bytes=ns.first_bytes, precision=ns.precision, decoding=decoding,
                      batch_size=ns.batch_size, data_dir=ns.data_dir)  # fmt: skip
-        print(f"{ns.source}: {m.format()} {m.kind.unit} on {m.label}, {m.precision}")
+        how = f", {m.decoding_text}" if m.decoding else ""
+        print(f"{ns.source}: {m.format()} {m.kind.unit} on {m.label}, {m.precision}{how}")
+        if m.signature:
+            print(f"sacrebleu signature: {m.signature}")
         if ns.out:
             save_metric(m, ns.out)
             print(f"recorded in {ns.out}")
@@ -218,7 +238,8 @@ def evaluate_main(args: list[str]) -> None:
     failed = []
     for reg in entry.metrics:
         m = evaluate(entry.name, dataset=reg.dataset, split=reg.split, windows=reg.windows,
-                     precision=reg.precision, data_dir=ns.data_dir)  # fmt: skip
+                     precision=reg.precision, decoding=reg.decoding,
+                     data_dir=ns.data_dir)  # fmt: skip
         diff = m.value - reg.value
         tolerance = reg.kind.tolerance if ns.tolerance is None else ns.tolerance
         ok = abs(diff) <= tolerance

@@ -79,6 +79,8 @@ def _data_checksum_of(module, data: dict[str, Any]) -> dict[str, Any] | None:
     dataset = data.get("dataset")
     if not dataset:
         return None
+    if data.get("source_lang"):  # a parallel corpus: its sentence pairs
+        return _pairs_checksum(data)
     try:
         if dataset in IMAGE_DATASETS:
             dm = ImageDataModule(dataset=dataset, seed=data.get("seed") or 0)
@@ -90,9 +92,57 @@ def _data_checksum_of(module, data: dict[str, Any]) -> dict[str, Any] | None:
     return data_checksum(dm, [s for s in dm.splits if s != "test"])
 
 
-def training_facts(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Training facts from a loaded Lightning checkpoint dict (what ``training.json`` holds)."""
-    summary = ckpt.get("callbacks", {}).get("TrainingSummary", {})
+def _run_summary(ckpt: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    """The :class:`~zoo.callbacks.TrainingSummary` state of a checkpoint. An average (``zoo
+    average``) keeps no callback state: its newest input's run gives it, from the run's
+    ``training_summary.json`` (written at the end of fit) or a ``last.ckpt``, whichever is of the
+    newest input's step, found beside the average or up to two folders above its inputs."""
+    from zoo.callbacks import TrainingSummary
+
+    summary = ckpt.get("callbacks", {}).get("TrainingSummary")
+    averaged = ckpt.get("averaged_from")
+    if summary is not None or not averaged or path is None:
+        return summary or {}
+    step = max(averaged["global_steps"])
+    newest = Path(averaged["files"][-1])
+    folders = dict.fromkeys([path.parent, path.parent.parent, *newest.parents[:3]])
+    for folder in folders:
+        facts = folder / TrainingSummary.FILE
+        if facts.is_file() and json.loads(facts.read_text()).get("global_step") == step:
+            return json.loads(facts.read_text())
+        last = folder / "last.ckpt"
+        if last.is_file():
+            run = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+            if run.get("global_step") == step:
+                return run.get("callbacks", {}).get("TrainingSummary", {})
+    return {}
+
+
+def _pairs_checksum(data: dict[str, Any]) -> dict[str, Any] | None:
+    """sha256 of a parallel corpus's training and validation sentence pairs (UTF-8, each pair as
+    ``source \\t target \\n``), or ``None`` when it is not here."""
+    import hashlib
+
+    from zoo.data.translation import EVAL_SPLITS, load_pairs
+    from zoo.errors import ZooError
+
+    dataset = data["dataset"]
+    splits = ["train", EVAL_SPLITS.get(dataset, {}).get("valid", "val")]
+    digest = hashlib.sha256()
+    try:
+        for split in splits:
+            digest.update(f"split:{split}\n".encode())
+            for src, tgt in load_pairs(dataset, split, data["source_lang"], data["target_lang"]):
+                digest.update(f"{src}\t{tgt}\n".encode())
+    except (ZooError, OSError, ValueError):
+        return None
+    return {"dataset": dataset, "splits": splits, "sha256": digest.hexdigest()}
+
+
+def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Training facts from a loaded Lightning checkpoint dict (what ``training.json`` holds);
+    ``path``, where it was read from, finds the run of an averaged checkpoint."""
+    summary = _run_summary(ckpt, Path(path) if path is not None else None)
     hp = ckpt.get("hyper_parameters", {})
     dm = ckpt.get("datamodule_hyper_parameters", {})
     wall = summary.get("wall_time")
@@ -107,14 +157,26 @@ def training_facts(ckpt: dict[str, Any]) -> dict[str, Any]:
         "optimization": {
             k: hp.get(k)
             for k in ("lr", "weight_decay", "betas", "eps", "warmup_steps", "lr_schedule")
-        },
-        "data": {k: dm.get(k) for k in ("dataset", "batch_size", "seq_len", "seed")},
+        }
+        | {k: hp[k] for k in ("lr_scale", "label_smoothing") if k in hp},  # translation's
+        "data": {
+            k: dm.get(k)
+            for k in ("dataset", "batch_size", "seq_len", "seed")
+            + (
+                ("source_lang", "target_lang", "vocab_size", "max_tokens")
+                if "max_tokens" in dm
+                else ()
+            )
+        },  # fmt: skip
         "lineage": {
             "git_commits": summary.get("git_commits") or None,  # None: trained before recorded
             "data": summary.get("data"),
             "parent": hp.get("init_from"),
             "export_commit": git_commit(),
         },
+        "averaged_from": {"global_steps": ckpt["averaged_from"]["global_steps"]}
+        if ckpt.get("averaged_from")
+        else None,  # fmt: skip
         "versions": {
             "attention-zoo": _version("attention-zoo"),
             "torch": torch.__version__,
@@ -171,8 +233,7 @@ def export_run(
         ``training.json``, or ``by_position`` holds none of the files; ChecksumError: the saved
         model does not match its manifest; ConfigError: no recipe file.
     """
-    from zoo.evaluation import BY_POSITION_FILES, find_checkpoint
-    from zoo.tasks import CausalLM
+    from zoo.evaluation import BY_POSITION_FILES, find_checkpoint, load_task
 
     saved = Path(source)
     ckpt_path = find_checkpoint(source)
@@ -203,10 +264,11 @@ def export_run(
                 shutil.copyfile(saved / f, out / f)
         facts = json.loads((saved / "training.json").read_text())
     else:
-        module = CausalLM.load_from_checkpoint(ckpt_path, map_location="cpu")
+        module = load_task(ckpt_path)  # the task it was saved from
         model = module.model
-        model.save_pretrained(out)
-        facts = training_facts(torch.load(ckpt_path, map_location="cpu", weights_only=False))
+        model.save_pretrained(out)  # with tokenizer.json for a translation model
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        facts = training_facts(ckpt, ckpt_path)
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
             facts["lineage"]["data"] = _data_checksum_of(module, facts["data"])
