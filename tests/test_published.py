@@ -17,7 +17,12 @@ from zoo.registry import get_preset
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = load_registry(REPO / "checkpoints.yaml")
 ENTRIES = sorted(REGISTRY.entries.values(), key=lambda e: e.name)
-FAMILIES = {"transformer_lm", "sparse_transformer_lm", "routing_transformer_lm", "transformer_seq2seq"}
+FAMILIES = {
+    "transformer_lm",
+    "sparse_transformer_lm",
+    "routing_transformer_lm",
+    "transformer_seq2seq",
+}
 TASKS = {"causal_lm", "image_lm", "translation"}  # the pixel models: a family's image variant
 TOLERANCE = {  # the registered value to its printed decimals (fp32 on different CPUs agrees to
     # ~1e-6 bits here), so a code change that alters a published model's outputs cannot land

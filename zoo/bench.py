@@ -457,9 +457,12 @@ def render_markdown(card: BenchCard) -> str:
         f"last {new} tokens of the sequence (the prompt before them encoded untimed). train step: "
         "forward, cross-entropy, backward and an AdamW step. peak: memory above what was in use "
         f"before the measurement (weights not counted): {card.memory}."
-        + (" An encoder-decoder: length n is a source of n tokens and a target of n tokens; "
-           "generation encodes the source, then decodes into the target as zoo.translate does."
-           if card.model_type.endswith("seq2seq") else ""),  # fmt: skip
+        + (
+            " An encoder-decoder: length n is a source of n tokens and a target of n tokens; "
+            "generation encodes the source, then decodes into the target as zoo.translate does."
+            if card.model_type.endswith("seq2seq")
+            else ""
+        ),  # fmt: skip
         "",
         "| " + " | ".join(h for h, _, _, _ in COLUMNS) + " |",
         "|" + "---:|" * len(COLUMNS),
