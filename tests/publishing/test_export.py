@@ -71,6 +71,7 @@ def test_export_a_saved_model_with_its_training_facts(tmp_path, registry):
     card = (out / "README.md").read_text()
     assert "| optimizer steps | 7 |" in card and "| hardware | a GPU |" in card
     assert "also held the training split of enwik8_prefix" in card
+    assert "| training data | not recorded |" in card  # another data set too: no checksum
     loaded = zoo.from_pretrained(out)
     assert next(loaded.parameters()).dtype == torch.float32  # bf16 values, loaded as fp32
     weights = saved / "model.safetensors"
@@ -104,3 +105,26 @@ def test_card_lists_each_training_stage():
         "for 3,840 steps (`a.yaml`); then 2 × 4,096 bytes per optimizer step for 200 steps "
         "(`b.yaml`)"
     )
+
+
+def test_a_saved_model_exported_without_a_data_checksum_gets_one_marked_as_recomputed(
+    tmp_path, registry, data_dir
+):
+    """Checkpoints exported before the zoo recorded the training data's sha256 get it from their
+    data settings on the next export (refresh_card), and the card says it was recomputed."""
+    from zoo.data import ByteTextDataModule
+    from zoo.lineage import data_checksum
+
+    saved = zoo.create_model("transformer_lm_tiny").save_pretrained(tmp_path / "saved")
+    facts = {"optimizer_steps": 7, "tokens": 7168, "wall_time_s": 1.5,
+             "data": {"dataset": "pg19mini", "seq_len": 128}}  # fmt: skip
+    (saved / "training.json").write_text(json.dumps(facts))
+    out = export_run(saved, tmp_path / "out", name=NAME, metrics=[METRIC],
+                     recipe=REPO / "recipes/transformer_lm/pg19mini.yaml")  # fmt: skip
+    dm = ByteTextDataModule(dataset="pg19mini", seq_len=128, data_dir=str(data_dir))
+    dm.setup("fit")
+    expected = data_checksum(dm, ["train", "valid"])
+    recorded = json.loads((out / "training.json").read_text())["lineage"]["data"]
+    assert recorded == expected | {"recorded": "at export"}
+    assert "recomputed at export from the run's data settings" in (out / "README.md").read_text()
+

@@ -246,6 +246,14 @@ class Metric:
         """A BLEU's decoding settings (``search beam, beam_size 4, alpha 2.0, ...``), else ``–``."""
         return ", ".join(f"{k} {v}" for k, v in self.decoding.items()) if self.decoding else "–"
 
+    @property
+    def search_text(self) -> str:
+        """A BLEU's search in brief (``beam 4, alpha 1.0`` or ``greedy``), else ``""``."""
+        d = self.decoding or {}
+        if d.get("search") == "beam":
+            return f"beam {d.get('beam_size')}, alpha {d.get('alpha')}"
+        return "greedy" if d.get("search") == "greedy" else ""
+
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v is not None or k == "windows"}
 

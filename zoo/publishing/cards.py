@@ -184,7 +184,7 @@ def model_card(
                 dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
                 dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
                 metric_type=m.name,
-                metric_name=f"{m.kind.unit} ({m.measured_on}{_search(m)})",
+                metric_name=f"{m.kind.unit} ({', '.join(filter(None, (m.measured_on, m.search_text)))})",
                 metric_config=m.signature,
                 metric_value=m.value,
             )
@@ -293,14 +293,6 @@ def _decoding_arguments(metrics: list[Metric]) -> str:
     return f"beam_size={d.get('beam_size', 4)}, alpha={d.get('alpha', 0.6)}"
 
 
-def _search(m: Metric) -> str:
-    """``, beam 4, alpha 2.0`` or ``, greedy`` for a BLEU, else nothing."""
-    d = m.decoding or {}
-    if d.get("search") == "beam":
-        return f", beam {d.get('beam_size')}, alpha {d.get('alpha')}"
-    return ", greedy" if d.get("search") == "greedy" else ""
-
-
 def _of_context(m: Metric) -> str:
     """`` of 4,096 bytes`` for metrics measured on windows of the model's context."""
     return (
@@ -352,7 +344,9 @@ def _lineage_section(facts: dict[str, Any]) -> str:
         ("package versions at export", ", ".join(f"{k} {v}" for k, v in versions.items() if v)
          or "unknown"),
         ("training data", f"{data['dataset']} ({', '.join(data['splits'])}), sha256 "
-         f"`{data['sha256']}` (zoo.lineage)" if data else "not recorded"),
+         f"`{data['sha256']}` (zoo.lineage"
+         + ("; recomputed at export from the run's data settings, as the run predates it)"
+            if data.get("recorded") == "at export" else ")") if data else "not recorded"),
         ("fine-tuned from", f"`{lineage['parent']}`" if lineage.get("parent")
          else "– (trained from scratch)"),
     ]  # fmt: skip

@@ -246,7 +246,8 @@ def evaluate_main(args: list[str]) -> None:
         if not ok:
             failed.append(f"{reg.label}: {diff:+.4f} {reg.kind.unit} (tolerance {tolerance})")
         style = "green" if ok else "bold red"
-        table.add_row(reg.kind.unit, reg.label, reg.precision, reg.format(), m.format(),
+        label = f"{reg.label}, {reg.search_text}" if reg.search_text else reg.label
+        table.add_row(reg.kind.unit, label, reg.precision, reg.format(), m.format(),
                       f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
     _console().print(table)
     if failed:

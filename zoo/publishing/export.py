@@ -68,16 +68,22 @@ BENCH_FILES = ("bench.md", "bench.json", "bench.png")
 DEFAULT_NAMESPACE = "attention-zoo"
 
 
-def _data_checksum_of(module, data: dict[str, Any]) -> dict[str, Any] | None:
+def _data_checksum_of(context: int, data: dict[str, Any]) -> dict[str, Any] | None:
     """The training data's checksum, loading it again with the run's data settings (for runs
-    whose checkpoint predates the checksum); ``None`` when the data is not here."""
+    that predate the checksum; ``context``: the model's), marked ``"recorded": "at export"``;
+    ``None`` when the data is not here, or the run also trained on other data sets."""
+    checksum = _loaded_data_checksum(context, data)
+    return checksum | {"recorded": "at export"} if checksum else None
+
+
+def _loaded_data_checksum(context: int, data: dict[str, Any]) -> dict[str, Any] | None:
     from zoo.data import ByteTextDataModule, ImageDataModule
     from zoo.data.images import IMAGE_DATASETS
     from zoo.errors import ZooError
     from zoo.lineage import data_checksum
 
     dataset = data.get("dataset")
-    if not dataset:
+    if not dataset or data.get("extra_train"):
         return None
     if data.get("source_lang"):  # a parallel corpus: its sentence pairs
         return _pairs_checksum(data)
@@ -85,7 +91,7 @@ def _data_checksum_of(module, data: dict[str, Any]) -> dict[str, Any] | None:
         if dataset in IMAGE_DATASETS:
             dm = ImageDataModule(dataset=dataset, seed=data.get("seed") or 0)
         else:
-            dm = ByteTextDataModule(dataset=dataset, seq_len=module.model.config.max_seq_len)
+            dm = ByteTextDataModule(dataset=dataset, seq_len=context)
         dm.setup("fit")
     except (ZooError, OSError, ValueError):
         return None
@@ -263,6 +269,10 @@ def export_run(
             if (saved / f).is_file() and (saved / f).resolve() != (out / f).resolve():
                 shutil.copyfile(saved / f, out / f)
         facts = json.loads((saved / "training.json").read_text())
+        if not (facts.get("lineage") or {}).get("data"):  # exported before it was recorded
+            data = _data_checksum_of(model.config.max_seq_len, facts.get("data", {}))
+            if data is not None:
+                facts.setdefault("lineage", {})["data"] = data
     else:
         module = load_task(ckpt_path)  # the task it was saved from
         model = module.model
@@ -271,7 +281,7 @@ def export_run(
         facts = training_facts(ckpt, ckpt_path)
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
-            facts["lineage"]["data"] = _data_checksum_of(module, facts["data"])
+            facts["lineage"]["data"] = _data_checksum_of(model.config.max_seq_len, facts["data"])
     if ckpt_path is not None or not (out / GOLDEN_NAME).is_file():  # a saved model keeps its own
         record_golden(model, out)
     if Path(recipe).resolve() != (out / "recipe.yaml").resolve():
