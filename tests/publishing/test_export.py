@@ -127,4 +127,3 @@ def test_a_saved_model_exported_without_a_data_checksum_gets_one_marked_as_recom
     recorded = json.loads((out / "training.json").read_text())["lineage"]["data"]
     assert recorded == expected | {"recorded": "at export"}
     assert "recomputed at export from the run's data settings" in (out / "README.md").read_text()
-
