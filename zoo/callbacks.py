@@ -13,7 +13,13 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["SampleWriter", "TrainingSummary", "hardware", "quiet_lightning_warnings"]
+__all__ = [
+    "FinalLastCheckpoint",
+    "SampleWriter",
+    "TrainingSummary",
+    "hardware",
+    "quiet_lightning_warnings",
+]
 
 
 def quiet_lightning_warnings() -> None:
@@ -151,6 +157,28 @@ class TrainingSummary(Callback):
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {"global_step": trainer.global_step} | self.state_dict()
         path.write_text(json.dumps(facts, indent=2) + "\n")
+
+
+class FinalLastCheckpoint(Callback):
+    """Makes each ``ModelCheckpoint(save_last=True)``'s ``last.ckpt`` hold the final step of a fit.
+
+    Lightning (2.6) writes ``last.ckpt`` only when the callback saves another checkpoint. When the
+    monitored metric does not improve at the last validation, ``last.ckpt`` stays at an earlier
+    step, and ``zoo fit --ckpt_path last.ckpt`` would silently resume from there (the Multi30k v1
+    run's ``last.ckpt`` was step 2,500 of 3,000). At the end of a fit that was not interrupted,
+    this writes every such ``last.ckpt`` again (weights only where the callback saves weights
+    only). ``save_last="link"`` is left alone.
+    """
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        for callback in trainer.checkpoint_callbacks:
+            if callback.save_last is not True or callback.dirpath is None:
+                continue
+            last = Path(callback.dirpath) / (
+                callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION
+            )
+            trainer.save_checkpoint(last, weights_only=callback.save_weights_only)
+            callback.last_model_path = str(last)
 
 
 class SampleWriter(BasePredictionWriter):

@@ -214,7 +214,7 @@ def run_lightning(args: list[str]) -> None:
     from lightning import LightningDataModule, LightningModule
 
     import zoo  # noqa: F401  (registers the models)
-    from zoo.callbacks import SampleWriter, TrainingSummary
+    from zoo.callbacks import FinalLastCheckpoint, SampleWriter, TrainingSummary
 
     quiet_lightning_warnings()
     ZooCLI(
@@ -223,7 +223,7 @@ def run_lightning(args: list[str]) -> None:
         subclass_mode_model=True,
         subclass_mode_data=True,
         args=with_packaged_config(args),
-        trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter()]},
+        trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter(), FinalLastCheckpoint()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
     )
