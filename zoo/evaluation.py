@@ -1,4 +1,5 @@
-"""Measuring bits per byte of any trained model on a split of a byte-level data set (``zoo evaluate``).
+"""Measuring any trained model on a split of its data (``zoo evaluate``): bits per byte of text,
+bits per dim of images (:func:`evaluate_images`), BLEU of translations (:func:`evaluate_translation`).
 
 The measurement is Lightning's evaluation loop over :class:`~zoo.data.ByteTextDataModule`'s windows
 (non-overlapping windows of the model's context, each document on its own; the metric is summed NLL
