@@ -6,10 +6,11 @@ parent checkpoint (``init_from``), so a reader can tell exactly what produced a 
 - :func:`git_commit`: the commit of the zoo's source checkout (``"<sha>"``, ``"<sha>+dirty"`` when
   tracked files differ from it), or ``None`` for an installed wheel. :class:`~zoo.callbacks.
   TrainingSummary` records it when a fit starts (and again on every resume).
-- :func:`data_checksum`: the sha256 of the data a data module serves, over the split names and
-  every document's or image's bytes in order. It is computed from what was loaded, not from the
-  files, so the same data from another source (the JPEG copy vs the lossless CIFAR-10 release, a
-  gzip vs a plain file) is told apart only when its content differs.
+- :func:`data_checksum`: the sha256 of the data a data module serves, over the split names and every
+  document's or image's bytes in order (a translation data module: every sentence pair). It is
+  computed from what was loaded, not from the files, so the same data from another source (the JPEG
+  copy vs the lossless CIFAR-10 release, a gzip vs a plain file) is told apart only when its content
+  differs.
 """
 
 from __future__ import annotations
@@ -69,10 +70,33 @@ def _chunks(split: Any) -> Iterable[bytes]:
             yield bytes(doc) if not isinstance(doc, np.ndarray) else doc.tobytes()
 
 
+def _pairs_checksum(datamodule: Any) -> dict[str, Any] | None:
+    """The training and validation sentence pairs of a translation data module (each pair as
+    ``source \\t target \\n`` in UTF-8, read from its files), or ``None`` when they are not here."""
+    from zoo.data.translation import load_pairs
+    from zoo.errors import ZooError
+
+    hp = datamodule.hparams
+    names = [hp.train_split, hp.val_split]
+    digest = hashlib.sha256()
+    try:
+        for name in names:
+            digest.update(f"split:{name}\n".encode())
+            for src, tgt in load_pairs(hp.dataset, name, hp.source_lang, hp.target_lang,
+                                       data_dir=hp.data_dir, path=hp.path):  # fmt: skip
+                digest.update(f"{src}\t{tgt}\n".encode())
+    except (ZooError, OSError, ValueError):
+        return None
+    return {"dataset": hp.dataset, "splits": names, "sha256": digest.hexdigest()}
+
+
 def data_checksum(datamodule: Any, splits: Iterable[str] | None = None) -> dict[str, Any] | None:
     """``{"dataset", "splits", "sha256"}`` of the splits a data module has loaded (its ``splits``
-    dict after ``setup``; ``splits`` picks some), or ``None`` for a data module without arrays or
-    byte documents (translation's tokenized datasets)."""
+    dict after ``setup``; ``splits`` picks some); for a translation data module (one with
+    ``source_lang``), of its training and validation sentence pairs. ``None`` for a data module
+    with neither, or whose data is not here."""
+    if hasattr(getattr(datamodule, "hparams", None), "source_lang"):
+        return _pairs_checksum(datamodule)
     loaded = getattr(datamodule, "splits", None)
     if not isinstance(loaded, dict) or not loaded:
         return None

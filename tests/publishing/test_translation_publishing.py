@@ -160,3 +160,26 @@ def test_an_averaged_run_publishes_with_its_tokenizer_and_translates_by_name(
     main(["translate", "--checkpoint", NAME, "--alpha", "0.6", "--decoding", "greedy"])
     assert (seen["decoding"], seen["alpha"]) == ("greedy", 0.6)
     assert load_registry().get(NAME).headline.decoding["alpha"] == 2.0
+
+
+def test_a_translation_data_module_checksums_its_sentence_pairs(data_dir, tmp_path):
+    """The same sum at fit time (TrainingSummary) as the shipped model's, recomputed at export;
+    a changed sentence changes it."""
+    from zoo.data import TranslationDataModule
+    from zoo.lineage import data_checksum
+
+    shipped = json.loads(
+        (REPO / "checkpoints/transformer_small.multi30k/training.json").read_text()
+    )
+    recorded = shipped["lineage"]["data"]
+    fresh = data_checksum(TranslationDataModule(dataset="multi30k", data_dir=str(data_dir)))
+    assert fresh == {k: v for k, v in recorded.items() if k != "recorded"}
+    for split in ("train", "val"):
+        for lang in ("de", "en"):
+            pairs = load_pairs("multi30k", split, "de", "en", data_dir=str(data_dir))
+            lines = [de if lang == "de" else en for de, en in pairs]
+            if split == "val" and lang == "en":
+                lines[7] += "!"
+            (tmp_path / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    edited = TranslationDataModule(dataset="text_files", path=str(tmp_path))
+    assert data_checksum(edited)["sha256"] != fresh["sha256"]

@@ -77,7 +77,7 @@ def _data_checksum_of(context: int, data: dict[str, Any]) -> dict[str, Any] | No
 
 
 def _loaded_data_checksum(context: int, data: dict[str, Any]) -> dict[str, Any] | None:
-    from zoo.data import ByteTextDataModule, ImageDataModule
+    from zoo.data import ByteTextDataModule, ImageDataModule, TranslationDataModule
     from zoo.data.images import IMAGE_DATASETS
     from zoo.errors import ZooError
     from zoo.lineage import data_checksum
@@ -85,9 +85,15 @@ def _loaded_data_checksum(context: int, data: dict[str, Any]) -> dict[str, Any] 
     dataset = data.get("dataset")
     if not dataset or data.get("extra_train"):
         return None
-    if data.get("source_lang"):  # a parallel corpus: its sentence pairs
-        return _pairs_checksum(data)
     try:
+        if data.get("source_lang"):  # a parallel corpus: data_checksum reads its sentence pairs
+            return data_checksum(
+                TranslationDataModule(
+                    dataset=dataset,
+                    source_lang=data["source_lang"],
+                    target_lang=data["target_lang"],
+                )
+            )
         if dataset in IMAGE_DATASETS:
             dm = ImageDataModule(dataset=dataset, seed=data.get("seed") or 0)
         else:
@@ -122,27 +128,6 @@ def _run_summary(ckpt: dict[str, Any], path: Path | None) -> dict[str, Any]:
             if run.get("global_step") == step:
                 return run.get("callbacks", {}).get("TrainingSummary", {})
     return {}
-
-
-def _pairs_checksum(data: dict[str, Any]) -> dict[str, Any] | None:
-    """sha256 of a parallel corpus's training and validation sentence pairs (UTF-8, each pair as
-    ``source \\t target \\n``), or ``None`` when it is not here."""
-    import hashlib
-
-    from zoo.data.translation import EVAL_SPLITS, load_pairs
-    from zoo.errors import ZooError
-
-    dataset = data["dataset"]
-    splits = ["train", EVAL_SPLITS.get(dataset, {}).get("valid", "val")]
-    digest = hashlib.sha256()
-    try:
-        for split in splits:
-            digest.update(f"split:{split}\n".encode())
-            for src, tgt in load_pairs(dataset, split, data["source_lang"], data["target_lang"]):
-                digest.update(f"{src}\t{tgt}\n".encode())
-    except (ZooError, OSError, ValueError):
-        return None
-    return {"dataset": dataset, "splits": splits, "sha256": digest.hexdigest()}
 
 
 def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -216,10 +201,11 @@ def export_run(
 
     Args:
         source: a run directory (``runs/<family>/<dataset>``, its ``checkpoints/best.ckpt``), a
-            ``.ckpt`` file of :class:`~zoo.tasks.CausalLM`, or a ``save_pretrained`` folder that
-            holds its own ``training.json`` (a model trained and saved on another machine, e.g. a
-            GPU whose Lightning checkpoint stayed there): its files are copied as they are (their
-            dtype too), after the folder loads and matches its ``manifest.json``.
+            ``.ckpt`` file of any zoo task (``CausalLM``, ``ImageLM``, ``Translation``), or a
+            ``save_pretrained`` folder that holds its own ``training.json`` (a model trained and
+            saved on another machine, e.g. a GPU whose Lightning checkpoint stayed there): its files
+            are copied as they are (their dtype too), after the folder loads and matches its
+            ``manifest.json``.
         name: the checkpoint's name, ``<model>.<dataset>``.
         recipe: the recipe YAML that trained it (copied as ``recipe.yaml``).
         metrics: the measured metrics (``zoo evaluate --out``) for the model card.
