@@ -71,6 +71,27 @@ def test_cached_decoding_routes_causally():
     torch.testing.assert_close(torch.cat(steps, 1), causal(idx), rtol=1e-5, atol=1e-5)
 
 
+def test_a_prompt_fills_the_cache_without_a_full_mask(monkeypatch):
+    """A prompt into an empty cache takes the whole-sequence path (O(T window) memory): only the
+    single-token steps after it build a (T, S) mask, and they still match the uncached model."""
+    import zoo.attention.routing as routing
+
+    model = model_with(routing="causal").eval()
+    masks, masked = [], routing.masked_attention
+
+    def spy(q, k, v, allowed, **kwargs):
+        masks.append(tuple(allowed.shape[2:]))
+        return masked(q, k, v, allowed, **kwargs)
+
+    monkeypatch.setattr(routing, "masked_attention", spy)
+    idx = torch.randint(0, 32, (2, 40))
+    cache = model.init_cache(2)
+    with torch.no_grad():
+        steps = [model(idx[:, :36], cache)] + [model(idx[:, t : t + 1], cache) for t in (36, 37)]
+        torch.testing.assert_close(torch.cat(steps, 1), model(idx[:, :38]), rtol=1e-5, atol=1e-5)
+    assert set(masks) == {(1, 37), (1, 38)}  # 3 layers x 2 steps, none of them (36, 36)
+
+
 def test_relative_positions_alone_make_a_working_model():
     model = model_with(position="none", max_relative_position=16, routing="causal").eval()
     assert not hasattr(model, "pos_emb")

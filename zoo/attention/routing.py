@@ -152,15 +152,23 @@ class SphericalKMeans(nn.Module):
 
     def assign(self, x: Tensor) -> Tensor:
         """Nearest centroid (largest ``mu . x``) of every vector: ``(B, H, T)`` int64."""
-        return self.scores(x).argmax(2)
+        self._keep_fp32()
+        with torch.autocast(x.device.type, enabled=False):  # clusters last: a contiguous argmax
+            return torch.einsum("hkd,bhtd->bhtk", self.centroids, x.float()).argmax(-1)
 
     @torch.no_grad()
     def update(
-        self, q: Tensor, k: Tensor | None = None, padding_mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor | None = None,
+        padding_mask: Tensor | None = None,
+        q_clusters: Tensor | None = None,
     ) -> None:
         """One EMA step from queries ``q`` and keys ``k`` ``(B, H, T, D)`` (``None``: shared).
 
         ``padding_mask`` ``(B, T)`` bool, True at padding: those tokens do not move centroids.
+        ``q_clusters``: ``assign(q)`` where the caller already has it (ignored when the centroids
+        are about to be fitted, since they move first).
         Under ``torch.distributed`` (DDP, FSDP) each centroid's sum and count are all-reduced
         first: every process applies the update of the global batch, which is what one process
         would do with the whole batch (Roy et al. 2020, §4.1: an exponential moving average of
@@ -173,7 +181,8 @@ class SphericalKMeans(nn.Module):
             both_mask = None if padding_mask is None else torch.cat([padding_mask] * 2, 1)
         if self.needs_init:
             self.fit(both, both_mask)
-        sums, counts = self._sums(q, padding_mask)
+            q_clusters = None
+        sums, counts = self._sums(q, padding_mask, q_clusters)
         if k is None:
             sums, counts = 2 * sums, 2 * counts
         else:
@@ -261,10 +270,13 @@ class SphericalKMeans(nn.Module):
             dist.broadcast(mu, 0)
         self.centroids.copy_(mu)
 
-    def _sums(self, x: Tensor, padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def _sums(
+        self, x: Tensor, padding_mask: Tensor | None, clusters: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         B, H, T, D = x.shape
         k = self.centroids.shape[1]
-        rows = (self.assign(x) + torch.arange(H, device=x.device).view(1, H, 1) * k).flatten()
+        clusters = self.assign(x) if clusters is None else clusters
+        rows = (clusters + torch.arange(H, device=x.device).view(1, H, 1) * k).flatten()
         x = x.float().reshape(-1, D)  # (B H T, D), fp32 sums over many tokens
         if padding_mask is not None:
             keep = (~padding_mask)[:, None, :].expand(B, H, T).flatten()
@@ -370,10 +382,13 @@ class RoutingSelfAttention(nn.Module):
             y = self._cached(
                 torch.cat([ql, qr], 1), torch.cat([kl, kr], 1), torch.cat([vl, vr], 1), cache
             )
-        else:
-            y = torch.cat([self._local(ql, kl, vl), self._route(qr, kr, vr)], 1)
+        clusters = None  # causal routing's assignment of the queries, reused by the update
+        if cache is None:
+            routed, clusters = self._route(qr, kr, vr)
+            y = torch.cat([self._local(ql, kl, vl), routed], 1)
         if self.training and self.kmeans is not None:  # after routing (Algorithm 1 lines 28-31)
-            self.kmeans.update(qr.detach(), None if self.shared_qk else kr.detach(), padding_mask)
+            k_update = None if self.shared_qk else kr.detach()
+            self.kmeans.update(qr.detach(), k_update, padding_mask, q_clusters=clusters)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def project(self, x: Tensor) -> tuple[Tensor, ...]:
@@ -395,18 +410,20 @@ class RoutingSelfAttention(nn.Module):
             return v
         return attend(q, k, v, self.local_pattern, relative=self.relative)
 
-    def _route(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Routing heads over a whole sequence: ``(B, h, T, D)`` -> ``(B, h, T, D)``."""
+    def _route(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Routing heads over a whole sequence: ``(B, h, T, D)`` -> ``(B, h, T, D)``, and under
+        causal routing the queries' clusters ``(B, h, T)`` (``None`` otherwise)."""
         if self.kmeans is None:
-            return v
+            return v, None
         if self.routing == "causal":
-            return self._route_causal(q, v)
+            clusters = self.kmeans.assign(q)
+            return self._route_causal(q, v, clusters), clusters
         q_idx, k_idx = self.select(q, k)
         if self.training:  # for far_share(), computed only when a logger asks
             self._last_routing = (q.detach(), k.detach(), q_idx, k_idx)
         if self.relative is None:
-            return routing_attention(q, k, v, q_idx, k_idx)
-        return self._route_relative(q, k, v, q_idx, k_idx)
+            return routing_attention(q, k, v, q_idx, k_idx), None
+        return self._route_relative(q, k, v, q_idx, k_idx), None
 
     @torch.no_grad()
     def far_share(self) -> Tensor | None:
@@ -462,17 +479,17 @@ class RoutingSelfAttention(nn.Module):
         )  # fmt: skip
         return scatter_mean(y, q_idx, q.shape[2])
 
-    def _route_causal(self, q: Tensor, v: Tensor) -> Tensor:
+    def _route_causal(self, q: Tensor, v: Tensor, clusters: Tensor) -> Tensor:
         """Causal routing: sort tokens by (cluster, position), then local attention over the
-        sorted sequence restricted to equal clusters = the last ``causal_window`` members."""
-        assert self.kmeans is not None
+        sorted sequence restricted to equal clusters = the last ``causal_window`` members.
+        ``clusters``: the queries' nearest centroids ``(B, h, T)``."""
         B, h, T, D = q.shape
-        clusters = self.kmeans.assign(q)  # (B, h, T)
         positions = torch.arange(T, device=q.device)
         order = (clusters * T + positions).argsort(-1)  # (B, h, T)
         gather = order[..., None].expand(B, h, T, D)
+        qs = q.gather(2, gather)  # the keys too (shared): one gather, one scatter in backward
         y = attend(
-            q.gather(2, gather), q.gather(2, gather), v.gather(2, gather), self.routing_pattern,
+            qs, qs, v.gather(2, gather), self.routing_pattern,
             segments=clusters.gather(2, order), positions=order, relative=self.relative,
         )  # fmt: skip
         return torch.empty_like(y).scatter(2, gather, y)
@@ -481,9 +498,22 @@ class RoutingSelfAttention(nn.Module):
         """Incremental decoding with a cache; routing heads route causally (see module doc).
 
         ``q, k, v``: ``(B, H, T, D)`` of the new positions ``past..past+T-1``, local heads first.
+        A prompt into an empty cache takes the whole-sequence path (local attention and
+        :meth:`_route_causal`: the same attention in ``O(T window)`` memory); later positions
+        attend through one ``(T, S)`` mask per head.
         """
         B, H, T, D = q.shape
-        past = cache.seq_len
+        past, hl = cache.seq_len, self.n_local
+        if past == 0 and self.shared_qk:  # a prompt: the whole-sequence path, O(T window) memory
+            y_local = self._local(q[:, :hl], k[:, :hl], v[:, :hl])
+            y_routed = v[:, hl:]  # no routing heads
+            if self.kmeans is not None:
+                clusters = self.kmeans.assign(q[:, hl:])  # keys are the queries
+                y_routed = self._route_causal(q[:, hl:], v[:, hl:], clusters)
+            cache.update(k, v)
+            if self.kmeans is not None:
+                cache.update_aux("clusters", clusters)
+            return torch.cat([y_local, y_routed], 1)
         k, v = cache.update(k, v)  # (B, H, S, D)
         S, dev = k.shape[2], q.device
         qpos = torch.arange(past, past + T, device=dev)[:, None]  # (T, 1)
@@ -492,7 +522,6 @@ class RoutingSelfAttention(nn.Module):
         local = (distance >= 0) & (distance < self.window)  # (T, S)
         allowed = local.expand(B, H, T, S).clone()
         if self.kmeans is not None:
-            hl = self.n_local
             new = self.kmeans.assign(q[:, hl:])  # (B, h, T): the queries' clusters
             clusters = cache.update_aux("clusters", self.kmeans.assign(k[:, hl:, past:]))
             same = clusters[:, :, None, :] == new[..., None]  # (B, h, T, S)
