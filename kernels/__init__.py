@@ -17,10 +17,11 @@ CPU tensors always take the PyTorch path. A CUDA input the kernel does not take 
 of 8) falls back to the PyTorch path with a warning. This package imports on machines without Triton
 or a GPU, because the Triton modules are imported only on the first CUDA call.
 
-Modules: ``block_sparse`` / ``routing`` (spec, PyTorch implementation, the plan), ``segment``
-(the fixed pattern on a CPU), ``sdpa`` (short problems in the CPU's fastest precision),
-``triton_flash`` (shared tile steps), ``triton_block_sparse`` / ``triton_routing`` (kernels). The
-benchmarks live outside the package, in the repository's ``benchmarks/``.
+Modules: ``block_sparse`` / ``routing`` (spec, PyTorch implementation, the plan), ``segment`` (the
+fixed pattern, sliding windows and causal routing's sorted runs on a CPU), ``sdpa`` (short problems
+in the CPU's fastest precision), ``triton_flash`` (shared tile steps), ``triton_block_sparse`` /
+``triton_routing`` (kernels). The benchmarks live outside the package, in the repository's
+``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from zoo.kernels.block_sparse import (
 )
 from zoo.kernels.routing import routing_attention_ref, routing_attention_torch
 from zoo.kernels.sdpa import sdpa
-from zoo.kernels.segment import segment_attention
+from zoo.kernels.segment import run_window_attention, segment_attention
 
 __all__ = [
     "VERIFIED",
@@ -56,6 +57,7 @@ __all__ = [
     "masked_attention_ref",
     "routing_attention_ref",
     "routing_attention_torch",
+    "run_window_attention",
     "sdpa",
     "segment_attention",
 ]

@@ -4,7 +4,7 @@ computation of the same pattern, and the engine's choice of it."""
 import pytest
 import torch
 from test_block_sparse import check, inputs
-from zoo.kernels import segment_attention
+from zoo.kernels import run_window_attention, segment_attention
 
 from zoo.attention import functional
 from zoo.attention.functional import attend, route
@@ -146,3 +146,64 @@ def test_first_segment_rows_with_very_negative_scores_keep_finite_gradients(wind
     assert all(t.grad.isfinite().all() for t in (q, k, v))
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))  # and exact, in fp64
     assert_exact(q, k, v, segment_attention(q, k, v, l, window=window), pattern)
+
+
+# --- runs of equal ids: causal routing's sequence sorted by cluster --------------------------------
+def run_mask(runs, window):
+    """The spec's element mask ``(B, H, T, T)``: ``i - window < j <= i`` within one id."""
+    i = torch.arange(runs.shape[-1])
+    near = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
+    return near & (runs[..., :, None] == runs[..., None, :])
+
+
+def sorted_runs(B, H, T, n_ids, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n_ids, (B, H, T), generator=g).sort(-1).values
+
+
+# runs longer and shorter than a block and the window, blocks above / below / not dividing it
+@pytest.mark.parametrize(
+    "T, window, block, n_ids",
+    [(50, 7, 4, 5), (64, 16, 16, 3), (100, 13, 5, 20), (9, 3, 2, 1), (77, 16, 64, 2),
+     (40, 16, 64, 4), (33, 8, 3, 40), (128, 32, 8, 2)],
+)  # fmt: skip
+def test_windows_inside_runs_match_the_dense_masked_computation(T, window, block, n_ids):
+    q, k, v = inputs(2, 3, T, 8, torch.float64)
+    runs = sorted_runs(2, 3, T, n_ids)
+    got = run_window_attention(q, k, v, window, runs, block=block)
+    check(q, k, v, got, run_mask(runs, window))
+
+
+def test_runs_keep_low_precision_dtypes_and_switch_autocast_off():
+    q, k, v = inputs(1, 2, 96, 16, torch.bfloat16)
+    runs = sorted_runs(1, 2, 96, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = run_window_attention(q, k, v, 32, runs, block=16)
+    assert got.dtype == torch.bfloat16
+    check(q, k, v, got, run_mask(runs, 32))
+
+
+def test_the_engine_sends_only_sorted_ids_to_the_run_op(monkeypatch):
+    """Sorted ids (each id one run) take the run op on a CPU; unsorted ones the masked window."""
+    calls = []
+    real = functional.run_window_attention
+    monkeypatch.setattr(
+        functional, "run_window_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    q, k, v = inputs(1, 2, 48, 8, torch.float64)
+    runs = sorted_runs(1, 2, 48, 4)
+    shuffled = runs[..., torch.randperm(48, generator=torch.Generator().manual_seed(0))]
+    for ids in (runs, shuffled):
+        check(q, k, v, attend(q, k, v, local(12), segments=ids), run_mask(ids, 12))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    "runs, window, match",
+    [(torch.tensor([[[0, 1, 0, 1]]]), 2, "non-decreasing"), (torch.zeros(1, 1, 3), 2, "runs must"),
+     (torch.zeros(1, 1, 4), 0, "window and block")],
+)  # fmt: skip
+def test_bad_runs_and_windows_raise(runs, window, match):
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match=match):
+        run_window_attention(q, q, q, window, runs.long())

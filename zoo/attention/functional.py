@@ -15,7 +15,9 @@ masked computation, :func:`masked_attention`, up to float rounding):
                 CPU also strided ``A1``, which is ``local(stride + 1)``; there, without segment
                 ids or relative positions, each block's causal part and its look at the block
                 before are two fused calls merged by log-sum-exp
-                (:func:`zoo.kernels.segment_attention` with a ``window``)
+                (:func:`zoo.kernels.segment_attention` with a ``window``); with sorted segment
+                ids (causal routing's sequence sorted by cluster), each run of one id padded to
+                its own blocks, so no scores cross a run (:func:`zoo.kernels.run_window_attention`)
 ``segments``    on a CPU, the fixed pattern (``A1 ∪ A2`` or ``A1``): causal attention within each
                 segment of ``stride`` plus dense rectangles onto earlier segments' summaries,
                 merged by log-sum-exp (:func:`zoo.kernels.segment_attention`)
@@ -54,7 +56,13 @@ from torch import Tensor
 
 from zoo.attention.mappings import MappingName, map_scores
 from zoo.attention.patterns import AttentionPattern
-from zoo.kernels import BlockSparsePlan, block_sparse_attention, sdpa, segment_attention
+from zoo.kernels import (
+    BlockSparsePlan,
+    block_sparse_attention,
+    run_window_attention,
+    sdpa,
+    segment_attention,
+)
 
 if TYPE_CHECKING:
     from zoo.attention.relative import RelativePositions
@@ -175,6 +183,9 @@ def attend(
         if q.device.type == "cpu" and segments is None and relative is None:
             # segments of the window (of the stride for A1) and the one before, merged
             return segment_attention(q, k, v, pattern.param("stride") or window, window=window)
+        if q.device.type == "cpu" and relative is None and _sorted(segments):
+            # runs of equal ids (a sequence sorted by cluster): each run's own blocks, merged
+            return run_window_attention(q, k, v, window, segments)
         return local_attention(q, k, v, window, segments=segments,
                                positions=positions, relative=relative)  # fmt: skip
     if r == "segments":
@@ -183,6 +194,11 @@ def attend(
     if r == "gathered":
         return gathered_attention(q, k, v, plan)
     return block_sparse_attention(q, k, v, plan)
+
+
+def _sorted(segments: Tensor | None) -> bool:
+    """Whether per-position ids ``(B, H, T)`` are non-decreasing along ``T`` (each id one run)."""
+    return segments is not None and bool((segments.diff(dim=-1) >= 0).all())
 
 
 def _summary(pattern: AttentionPattern, n_heads: int) -> Tensor | None:

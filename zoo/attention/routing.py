@@ -481,7 +481,8 @@ class RoutingSelfAttention(nn.Module):
 
     def _route_causal(self, q: Tensor, v: Tensor, clusters: Tensor) -> Tensor:
         """Causal routing: sort tokens by (cluster, position), then local attention over the
-        sorted sequence restricted to equal clusters = the last ``causal_window`` members.
+        sorted sequence restricted to equal clusters = the last ``causal_window`` members (on a
+        CPU the engine pads each cluster to its own blocks: :func:`zoo.kernels.run_window_attention`).
         ``clusters``: the queries' nearest centroids ``(B, h, T)``."""
         B, h, T, D = q.shape
         positions = torch.arange(T, device=q.device)
