@@ -8,10 +8,11 @@ window it replaced, inside one training step of the published causal-routing mod
 
 The model is ``routing_transformer_small.pg19mini`` (causal routing, 4 local + 4 routing heads,
 ``causal_window`` 128, centroids trained on pg19mini), in eval mode (no dropout, no centroid
-updates, gradients on), so both routes see the same clusters: the ones real text falls into. One step is forward,
-cross-entropy and backward on the first windows of pg19mini valid, under bf16 autocast (what
-``zoo fit`` runs on CPUs with AVX512-BF16) or fp32. The two routes alternate step by step in one
-process, so load on the machine hits both alike; the table gives each route's median.
+updates, gradients on), so both routes see the same clusters: the ones real text falls into. One
+step is forward, cross-entropy and backward on the first windows of pg19mini valid, under bf16
+autocast (what ``zoo fit`` runs on CPUs with AVX512-BF16) or fp32. The two routes alternate step
+by step in one process, so load on the machine hits both alike; the table gives each route's
+median.
 
 - ``masked window``: :func:`zoo.attention.functional.local_attention` with segment ids, blocks of
   ``causal_window`` queries against ``2 causal_window`` keys under a per-(batch, head) mask;
