@@ -3,13 +3,19 @@
     python -m benchmarks.train_throughput                 # CPU: dense 256 against the 4,096 presets
     python -m benchmarks.train_throughput sparse_transformer_strided_8k:16x8192 --paths kernels torch
     python -m benchmarks.train_throughput --compare-with /tmp/old   # and the same rows on that code
+    python -m benchmarks.train_throughput --together --rounds 3 --precision bf16   # on a noisy CPU
 
 (from the repository root; the benchmark is not part of the wheel)
 
 A row is a model ``PRESET[:BATCHxLENGTH]`` (the shape defaults to ``--batches``), a precision, a
 kernel path and the code it runs. Each step is a forward pass, the byte-level cross-entropy, a
 backward pass and an AdamW update (fused on CUDA) on random bytes. Two warm-up steps (Triton
-compiles then), then the mean of ``--steps`` timed steps, each row in a fresh process.
+compiles then), then ``--steps`` timed steps; a row's time is its median step. Each row trains in
+a fresh process, or with ``--together`` all rows of a checkout share one process and take turns
+step by step, so a slow spell of a noisy machine falls on every row alike (the better way to
+compare presets on a shared CPU). With ``--rounds R`` the processes run R times, taking turns
+(round 1 of every row, then round 2, ...); the table gives each row's median round and the spread
+of its rounds (max ÷ min of tokens/s).
 
 - ``--precision``: ``fp32``, or ``bf16`` (autocast, as Lightning's ``bf16-mixed``: weights and
   optimizer stay fp32). Default: both on a CPU, ``bf16`` on CUDA. ``zoo fit`` picks bf16-mixed on
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -63,24 +70,16 @@ def parse_preset(text: str, default: tuple[int, int]) -> tuple[str, int, int]:
     return (name, *(parse_batch(shape) if shape else default))
 
 
-def measure(row: dict, steps: int) -> dict:
-    """Train ``row``'s model for ``steps`` timed steps in this process; its tokens/s and more."""
+def trainer(row: dict, device: str):
+    """``row``'s model and a function that runs one training step on random bytes."""
     import zoo
 
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
     model = zoo.create_model(row["preset"], **row["config"]).to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=cuda)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=device == "cuda")
     x = torch.randint(0, model.config.vocab_size, (row["batch"], row["length"]), device=device)
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    start = 0.0
-    for i in range(2 + steps):
-        if i == 2:
-            if cuda:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
+
+    def step() -> None:
         with torch.autocast(device, torch.bfloat16, enabled=row["precision"] == "bf16"):
             out = model(x)
             logits = getattr(out, "logits", out)
@@ -88,36 +87,84 @@ def measure(row: dict, steps: int) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    if cuda:
-        torch.cuda.synchronize()
-    step_s = (time.perf_counter() - start) / steps
-    return {
-        **row, "parameters": sum(p.numel() for p in model.parameters()),
-        "tokens_per_s": row["batch"] * row["length"] / step_s, "ms_per_step": 1e3 * step_s,
-        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-    }  # fmt: skip
+
+    return model, step
 
 
-def run(row: dict, steps: int, code: Path | None, timeout: float) -> dict:
+def measure(rows: list[dict], steps: int) -> list[dict]:
+    """Train every row's model in this process, the rows taking turns step by step: two warm-up
+    steps each, then ``steps`` timed steps each; a row's time is its median step."""
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    models, steppers = zip(*(trainer(row, device) for row in rows), strict=True)
+    times: list[list[float]] = [[] for _ in rows]
+    peaks = [0.0 for _ in rows]
+    backend = os.environ.get("ZOO_ATTENTION_BACKEND")
+    try:
+        for i in range(2 + steps):
+            for j, row in enumerate(rows):
+                # the ops read the variable at every call, so each row keeps its own path
+                os.environ["ZOO_ATTENTION_BACKEND"] = "torch" if row["path"] == "torch" else "auto"
+                if cuda:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                start = time.perf_counter()
+                steppers[j]()
+                if cuda:
+                    torch.cuda.synchronize()
+                    peaks[j] = max(peaks[j], torch.cuda.max_memory_allocated() / 2**30)
+                if i >= 2:
+                    times[j].append(time.perf_counter() - start)
+    finally:
+        if backend is None:
+            os.environ.pop("ZOO_ATTENTION_BACKEND", None)
+        else:
+            os.environ["ZOO_ATTENTION_BACKEND"] = backend
+    results = []
+    for row, model, ts, peak in zip(rows, models, times, peaks, strict=True):
+        step_s = statistics.median(ts)
+        results.append({
+            **row, "parameters": sum(p.numel() for p in model.parameters()),
+            "tokens_per_s": row["batch"] * row["length"] / step_s, "ms_per_step": 1e3 * step_s,
+            "peak_gib": peak if cuda else None,
+        })  # fmt: skip
+    return results
+
+
+def run(rows: list[dict], steps: int, code: Path | None, timeout: float) -> list[dict]:
     """:func:`measure` in a fresh process, on ``code`` (a checkout) or this one."""
-    env = dict(os.environ, ZOO_ATTENTION_BACKEND="torch" if row["path"] == "torch" else "auto")
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(code) if code else None, str(REPO), os.environ.get("PYTHONPATH")])
     )
-    cmd = [sys.executable, "-m", "benchmarks.train_throughput", "--one", json.dumps(row),
+    # this file as a script: its measure() runs, on the `zoo` that PYTHONPATH finds first
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--rows", json.dumps(rows),
            "--steps", str(steps)]  # fmt: skip
     try:
-        # cwd: `python -m` puts it first on sys.path, so `zoo` comes from that checkout
         out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, check=True, env=env,
-            cwd=code or REPO,
+            cmd, capture_output=True, text=True, timeout=timeout * len(rows), check=True,
+            env=env, cwd=code or REPO,
         )  # fmt: skip
         return json.loads(out.stdout.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
-        return {**row, "error": f"over {timeout:.0f} s"}
+        return [{**row, "error": f"over {timeout:.0f} s"} for row in rows]
     except subprocess.CalledProcessError as e:
         tail = (e.stderr or "").strip().splitlines()[-1:] or ["killed"]
-        return {**row, "error": tail[0][:100]}
+        return [{**row, "error": tail[0][:100]} for row in rows]
+
+
+def median_round(rounds: list[dict]) -> dict:
+    """One row from its rounds: the round with the median tokens/s, plus ``spread`` (max ÷ min).
+
+    A row with a failed round reports that round's error.
+    """
+    failed = [r for r in rounds if "error" in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(rounds, key=lambda r: r["tokens_per_s"])
+    speeds = [r["tokens_per_s"] for r in ordered]
+    return {**ordered[(len(ordered) - 1) // 2], "rounds": len(rounds),
+            "spread": speeds[-1] / speeds[0]}  # fmt: skip
 
 
 def revision(code: Path | None) -> str:
@@ -142,8 +189,8 @@ def report(rows: list[dict], command: str) -> str:
     lines += [f"- {k}: {v}" for k, v in env.items()] + [""]
     lines += [
         "| preset | batch | precision | path | code | parameters | tokens/s | ms/step | peak GiB "
-        "| tokens/s ÷ first preset's |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| spread | tokens/s ÷ first preset's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     first = rows[0]["preset"] if rows else None
     base = {
@@ -155,14 +202,15 @@ def report(rows: list[dict], command: str) -> str:
         shape = f"{r['batch']} × {r['length']:,}"
         head = f"| {r['preset']} | {shape} | {r['precision']} | {r['path']} | {r['code']} |"
         if "error" in r:
-            lines.append(f"{head} {r['error']} | | | | |")
+            lines.append(f"{head} {r['error']} | | | | | |")
             continue
         peak = f"{r['peak_gib']:.1f}" if r["peak_gib"] is not None else "—"
         ref = base.get((r["precision"], r["path"], r["code"]))
         ratio = f"{r['tokens_per_s'] / ref:.2f}" if ref else ""
+        spread = f"{r['spread']:.2f} ({r['rounds']})" if r.get("rounds", 1) > 1 else "—"
         lines.append(
             f"{head} {r['parameters'] / 1e6:.1f}M | {r['tokens_per_s']:,.0f} | "
-            f"{r['ms_per_step']:.0f} | {peak} | {ratio} |"
+            f"{r['ms_per_step']:.0f} | {peak} | {spread} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -178,14 +226,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=None)
     p.add_argument("--paths", nargs="+", choices=["kernels", "torch"], default=["kernels", "torch"])
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1, help="runs of every row, taking turns")
+    p.add_argument("--together", action="store_true",
+                   help="all rows of a checkout in one process, taking turns step by step")  # fmt: skip
     p.add_argument("--compare-with", type=Path, help="another checkout whose rows run beside")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per row")
     p.add_argument("--out", type=Path, help="write the table here as markdown")
-    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--rows", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.one:
-        print(json.dumps(measure(json.loads(args.one), args.steps)))
+    if args.rows:
+        print(json.dumps(measure(json.loads(args.rows), args.steps)))
         return []
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
     cuda = torch.cuda.is_available()
     precisions = args.precision or (["bf16"] if cuda else ["fp32", "bf16"])
     paths = [q for q in args.paths if q == "kernels" or cuda]
@@ -211,10 +264,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ]
     from rich.progress import track
 
-    rows = []
-    for job in track(jobs, description="training steps"):
-        code = job.pop("_code")
-        rows.append(run(job, args.steps, code, args.timeout))
+    # the processes: one per row, or (--together) one per checkout holding all its rows
+    groups = [[i] for i in range(len(jobs))]
+    if args.together:
+        groups = [[i for i, job in enumerate(jobs) if job["_code"] == code] for code in codes]
+    runs: list[list[dict]] = [[] for _ in jobs]
+    turns = [group for _ in range(args.rounds) for group in groups]
+    for group in track(turns, description="training steps"):
+        rows = [{k: v for k, v in jobs[i].items() if k != "_code"} for i in group]
+        results = run(rows, args.steps, jobs[group[0]]["_code"], args.timeout)
+        for i, result in zip(group, results, strict=True):
+            runs[i].append(result)
+    rows = [median_round(r) for r in runs]
     command = "python -m benchmarks.train_throughput " + " ".join(argv or sys.argv[1:])
     text = report(rows, command.strip())
     print(text)

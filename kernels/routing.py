@@ -135,7 +135,8 @@ def routing_attention_torch(
     shared = k_idx is None
     k_idx = q_idx if k_idx is None else k_idx
     qc = gather_clusters(q, q_idx).view(B, H * n_clusters, w, D)
-    kc = gather_clusters(k, k_idx).view(B, H * n_clusters, w, D)
+    # keys that are the queries (shared q/k, same indices): one gather, one scatter in backward
+    kc = qc if shared and k is q else gather_clusters(k, k_idx).view(B, H * n_clusters, w, D)
     vc = gather_clusters(v, k_idx).view(B, H * n_clusters, w, -1)
     if shared or not causal:  # sorted shared indices: position order = index order
         y = sdpa(qc, kc, vc, is_causal=causal, scale=scale)

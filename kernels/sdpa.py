@@ -2,13 +2,15 @@
 the precision that is fastest for them on the tensors' device.
 
 On a CPU, PyTorch's fused attention kernel is much slower in bf16 than in fp32 on short
-sequences (measured on this project's 2-core AMD EPYC with AMX, fwd+bwd, head dim 32: 128 blocks
-of 128 queries x 256 keys with a mask 24 ms fp32 vs 43 ms bf16; 128 causal clusters of 128 tokens
-7 ms vs 23 ms), so under ``torch.autocast`` on a CPU the inputs are upcast and autocast is
-switched off around the call. On one long causal sequence the two are about even (4096 tokens, 8
-heads: 574 vs 589 ms; a dense 4096-context LM trained at about 5,000 instead of 5,950 tokens/s
-with fp32 attention, in a run partly overlapped by other work), so dense attention does not use
-this. Elsewhere (CUDA) the call is left to autocast.
+sequences (fwd+bwd, head dim 32; on one of this project's 2-core CPUs with native bf16: 128
+blocks of 128 queries x 256 keys with a mask 24 ms fp32 vs 43 ms bf16, 128 causal clusters of
+128 tokens 7 ms vs 23 ms; on the 2-core AMD EPYC with AVX512-BF16, torch 2.13, 2026-11-25: 256
+causal clusters of 128 tokens 21 ms vs 63 ms, 256 causal blocks of 128 32 ms vs 36 ms), so under
+``torch.autocast`` on a CPU the inputs are upcast and autocast is switched off around the call.
+On one long causal sequence the two are about even (4096 tokens, 8 heads: 574 vs 589 ms; a
+dense 4096-context LM trained at about 5,000 instead of 5,950 tokens/s with fp32 attention, in a
+run partly overlapped by other work), so dense attention does not use this. Elsewhere (CUDA)
+the call is left to autocast.
 """
 
 from __future__ import annotations

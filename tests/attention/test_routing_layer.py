@@ -255,6 +255,48 @@ def test_dead_centroids_are_revived_by_splitting_the_largest_cluster():
     assert stuck.occupancy[0, 2:].max() == 0  # without revival they stay dead
 
 
+def revive_by_definition(km, x):
+    """The revival rule spelled out: after every split, recompute the largest cluster's members
+    over all tokens (the spec :meth:`SphericalKMeans._revive` keeps as member lists)."""
+    v = F.normalize(x.float(), dim=-1).transpose(0, 1).reshape(x.shape[1], -1, x.shape[-1])
+    mu, occupancy = km.centroids.clone(), km.occupancy.clone()
+    scores = torch.einsum("hkd,hnd->hnk", mu, v)
+    assign, splits = scores.argmax(-1), []
+    for h, c in (occupancy < km.revive_below).nonzero().tolist():
+        big = int(occupancy[h].argmax())
+        members = assign[h] == big
+        if big == c or not members.any():
+            continue
+        far = torch.where(members, scores[h, :, big], torch.inf).argmin()
+        step = 0.5 * (v[h, far] - mu[h, big])
+        mu[h, c] = F.normalize(mu[h, big] + step, dim=-1)
+        mu[h, big] = F.normalize(mu[h, big] - step, dim=-1)
+        occupancy[h, c] = occupancy[h, big] = occupancy[h, big] / 2
+        assign[h, members & (v[h] @ mu[h, c] > v[h] @ mu[h, big])] = c
+        splits.append((h, big))
+    return mu, splits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_revival_follows_the_rule_through_repeated_splits(seed):
+    """Many small centroids per head, so clusters made by one split are split again: the member
+    lists kept between splits give the centroids of the rule recomputed over all tokens."""
+    g = torch.Generator().manual_seed(seed)
+    H, k, D = 3, 12, 8
+    centers = 3 * torch.randn(1, H, 1, D, generator=g)
+    x = torch.randn(2, H, 512, D, generator=g) + centers
+    km = SphericalKMeans(H, k, D, revive_below=0.5)
+    km.centroids[:, -1] = F.normalize(centers[0, :, 0], dim=-1)  # the last centroid owns most
+    km.occupancy = torch.rand(H, k, generator=g) * 0.6
+    km.occupancy[:, -1] = 8.0  # halved by each split, it stays the largest for a while; ties
+    # with the centroid just revived go to the lower index, which splits a new cluster again
+    want, splits = revive_by_definition(km, x)
+    km._revive(x, None)
+    assert km.revived == len(splits)
+    assert len(splits) > len(set(splits)), "some cluster should be split twice"
+    assert torch.equal(km.centroids, want)
+
+
 def test_revive_and_init_are_checked():
     with pytest.raises(ValueError, match="revive_below must be in"):
         SphericalKMeans(1, 4, 8, revive_below=1.5)

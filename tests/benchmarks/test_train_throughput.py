@@ -2,6 +2,7 @@
 another one, and the table relates each row to the first preset (timings are never asserted)."""
 
 import argparse
+import os
 import subprocess
 
 import pytest
@@ -49,3 +50,64 @@ def test_compare_with_runs_the_other_checkouts_code(tmp_path):
 def test_a_malformed_shape_is_a_clear_error():
     with pytest.raises(argparse.ArgumentTypeError, match="BATCHxLENGTH"):
         throughput.parse_preset("transformer_lm_tiny:16by8192", (1, 1))
+
+
+def fake_runs(speeds, log):
+    """A stand-in for :func:`throughput.run`: each process's rows get the next speeds."""
+
+    def run(rows, steps, code, timeout):
+        log.append([row["preset"] for row in rows])
+        return [{**row, "tokens_per_s": next(speeds), "ms_per_step": 1.0, "parameters": 1,
+                 "peak_gib": None} for row in rows]  # fmt: skip
+
+    return run
+
+
+def test_rounds_take_turns_and_report_the_median_round(tmp_path, monkeypatch):
+    """Round 1 of every row, then round 2, ...; a row keeps its median round and the spread."""
+    log = []
+    speeds = iter([100.0, 10.0, 300.0, 30.0, 200.0, 20.0])
+    monkeypatch.setattr(throughput, "run", fake_runs(speeds, log))
+    out = tmp_path / "t.md"
+    rows = throughput.main(
+        ["a:1x8", "b:1x8", "--precision", "fp32", "--rounds", "3", "--out", str(out)]
+    )  # fmt: skip
+    assert log == [["a"], ["b"]] * 3
+    assert [(r["tokens_per_s"], r["spread"], r["rounds"]) for r in rows] == [
+        (200.0, 3.0, 3), (20.0, 3.0, 3)
+    ]  # fmt: skip
+    assert out.read_text().splitlines()[-1].endswith("| 3.00 (3) | 0.10 |")
+
+
+def test_together_puts_a_checkouts_rows_in_one_process(monkeypatch):
+    log = []
+    monkeypatch.setattr(throughput, "run", fake_runs(iter(range(1, 9)), log))
+    rows = throughput.main(["a:1x8", "b:1x8", "--precision", "fp32", "bf16", "--together",
+                            "--rounds", "2"])  # fmt: skip
+    assert log == [["a", "b", "a", "b"]] * 2
+    assert [r["tokens_per_s"] for r in rows] == [1, 2, 3, 4]  # the lower of two rounds
+
+
+def test_rows_taking_turns_in_one_process_all_train(monkeypatch):
+    """The real thing, tiny: two presets in one process, each its own median step; the backend
+    variable each row sets is put back."""
+    monkeypatch.delenv("ZOO_ATTENTION_BACKEND", raising=False)
+    row = {"batch": 1, "length": 32, "precision": "fp32", "path": "kernels", "config": {}}
+    rows = [{**row, "preset": p} for p in ("transformer_lm_tiny", "sparse_transformer_tiny")]
+    out = throughput.measure(rows, steps=2)
+    assert [r["preset"] for r in out] == ["transformer_lm_tiny", "sparse_transformer_tiny"]
+    assert all(r["tokens_per_s"] > 0 and r["parameters"] > 0 for r in out)
+    assert out[0]["parameters"] != out[1]["parameters"]
+    assert "ZOO_ATTENTION_BACKEND" not in os.environ
+
+
+def test_a_failed_round_is_the_rows_result(monkeypatch):
+    results = iter([{"tokens_per_s": 5.0}, {"error": "over 1 s"}])
+    monkeypatch.setattr(throughput, "run", lambda rows, *a: [{**rows[0], **next(results)}])
+    (row,) = throughput.main(["a:1x8", "--precision", "fp32", "--rounds", "2"])
+    assert row["error"] == "over 1 s"
+
+
+def test_rounds_below_one_are_refused():
+    with pytest.raises(SystemExit):
+        throughput.main(["a:1x8", "--rounds", "0"])

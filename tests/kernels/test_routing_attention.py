@@ -36,6 +36,21 @@ def test_matches_the_per_cluster_oracle(shared, causal):
         torch.testing.assert_close(a.double(), b.double(), rtol=1e-4, atol=1e-4)
 
 
+def test_shared_indices_with_separate_keys():
+    """``k_idx=None`` shares the indices only: keys that are not the queries are still gathered
+    (the op reuses the gathered queries as keys only when ``k is q``)."""
+    B, H, T, D, n_clusters, w = 1, 2, 20, 8, 3, 6
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, requires_grad=True) for _ in range(3))
+    q_idx = random_clusters(B, H, n_clusters, w, T, g)
+    got = routing_attention(q, k, v, q_idx, None)
+    torch.testing.assert_close(
+        got.double(), routing_attention_ref(q, k, v, q_idx, q_idx), rtol=1e-5, atol=1e-5
+    )
+    (dk,) = torch.autograd.grad(got.sum(), k)
+    assert dk.abs().sum() > 0
+
+
 def test_no_query_reads_a_later_key():
     """Structural: the output at position i has zero gradient with respect to every value at a
     position j > i, whatever the clusters (separate query and key indices)."""

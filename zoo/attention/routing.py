@@ -249,22 +249,33 @@ class SphericalKMeans(nn.Module):
         if not small.any():
             return
         v = self._vectors(x, padding_mask)  # (H, N, D)
-        mu, occupancy = self.centroids.clone(), self.occupancy.clone()
-        scores = torch.einsum("hkd,hnd->hkn", mu, v)  # (H, k, N)
-        assign = scores.argmax(1)  # (H, N)
+        mu = self.centroids.clone()
+        scores = torch.einsum("hkd,hnd->hnk", mu, v)  # (H, N, k): a contiguous argmax
+        assign = scores.argmax(-1)  # (H, N)
+        # every cluster's members as ascending token indices, split from one stable sort per head;
+        # a split only moves members of the largest cluster to the small one, so the lists stay
+        # exact without another pass over all N tokens
+        H, k = small.shape
+        order = assign.argsort(dim=-1, stable=True)  # (H, N)
+        sizes = assign.new_zeros(H, k).scatter_add_(1, assign, torch.ones_like(assign))
+        members = [list(order[h].split(sizes[h].tolist())) for h in range(H)]
+        occupancy = self.occupancy.tolist()  # halving is exact in fp32 and in Python floats
         for h, c in small.nonzero().tolist():
-            big = int(occupancy[h].argmax())
-            members = assign[h] == big
-            if big == c or not members.any():
+            big = max(range(k), key=occupancy[h].__getitem__)  # the first largest, as argmax
+            idx = members[h][big]
+            if big == c or not len(idx):
                 continue
-            far = torch.where(members, scores[h, big], torch.inf).argmin()  # its farthest member
+            far = idx[scores[h, idx, big].argmin()]  # its farthest member (the first, on ties)
             step = 0.5 * (v[h, far] - mu[h, big])
             mu[h, c], mu[h, big] = (
                 F.normalize(mu[h, big] + step, dim=-1),
                 F.normalize(mu[h, big] - step, dim=-1),
             )
-            occupancy[h, c] = occupancy[h, big] = occupancy[h, big] / 2
-            assign[h, members & (v[h] @ mu[h, c] > v[h] @ mu[h, big])] = c
+            occupancy[h][c] = occupancy[h][big] = occupancy[h][big] / 2
+            members_v = v[h, idx]  # (m, D)
+            moved = members_v @ mu[h, c] > members_v @ mu[h, big]
+            members[h][c] = torch.cat([members[h][c], idx[moved]]).sort().values
+            members[h][big] = idx[~moved]
             self.revived += 1
         if dist.is_available() and dist.is_initialized():
             dist.broadcast(mu, 0)

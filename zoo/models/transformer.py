@@ -307,6 +307,15 @@ register_preset(
     "byte-level, 4 layers, d=256: trains on 2 CPU cores in minutes",
 )
 register_preset(
+    "transformer_lm_small_rotary",
+    TransformerLM,
+    TransformerConfig(
+        **{**_BYTE, "position": "rotary"}, max_seq_len=256, d_model=256, n_layers=4, n_heads=8,
+        d_ff=1024, dropout=0.0,
+    ),  # fmt: skip
+    "the small model with 8 heads of 32 and rotary positions (the local-attention model's settings)",
+)
+register_preset(
     "transformer_lm_base",
     TransformerLM,
     TransformerConfig(
