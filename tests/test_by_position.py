@@ -112,6 +112,56 @@ def test_first_bucket_is_the_nll_of_the_first_positions(models, data_dir):
     )
 
 
+@pytest.mark.parametrize("stride", [1, 5, 32, T])
+def test_sliding_windows_score_every_target_once_with_enough_context(stride):
+    """Every target of every document exactly once; past a document's first window, only at
+    positions >= seq_len - stride of its window; stride = seq_len is the non-overlapping set."""
+    rng = np.random.default_rng(stride)
+    docs = [rng.integers(0, 256, n).astype(np.uint8) for n in (0, 1, 2, 40, 128, 129, 300)]
+    ds = EvalWindows(docs, T, stride)
+    scored = []
+    for i, (d, start) in enumerate(ds.index):
+        x, y = ds[i]
+        positions = (y != -100).nonzero().flatten().tolist()
+        assert positions, "a window that scores nothing"
+        assert start == 0 or min(positions) >= T - stride
+        assert all(y[t] == docs[d][start + t + 1] and x[t] == docs[d][start + t] for t in positions)
+        scored += [(d, start + t) for t in positions]
+    assert sorted(scored) == [(d, t) for d, doc in enumerate(docs) for t in range(len(doc) - 1)]
+    if stride == T:
+        assert ds.index == EvalWindows(docs, T).index
+    with pytest.raises(ValueError, match="stride must be in"):
+        EvalWindows(docs, T, T + 1)
+
+
+def test_sliding_evaluation_is_the_nll_with_the_longer_context(models, corpus):
+    """bits_by_position(stride=s) is the mean NLL of each target predicted from the up-to-T bytes
+    before it that its sliding window gives, recomputed here one target at a time."""
+    stride = 32
+    p = bits_by_position(models["rotary"], stride=stride, bucket=T, data_dir=str(corpus),
+                         progress=False)  # fmt: skip
+    assert p.stride == stride and p.targets == sum(n - 1 for n in BOOK_SIZES)
+    model = zoo.from_pretrained(models["rotary"]).eval()
+    total = 0.0
+    for seed, n in enumerate(BOOK_SIZES):
+        book = torch.tensor(list(_text(n, seed)))
+        for t in range(n - 1):  # target t + 1, from the window holding it
+            start = 0 if t < T else ((t - T) // stride + 1) * stride
+            with torch.no_grad():
+                logits = model(book[start : t + 1][None])[0, -1]
+            total += F.cross_entropy(logits[None], book[t + 1][None]).item()
+    assert p.bits_per_byte == pytest.approx(total / p.targets / math.log(2), abs=1e-4)
+    plain = bits_by_position(models["rotary"], bucket=T, data_dir=str(corpus), progress=False)
+    assert plain.stride is None and plain.targets == p.targets
+    assert "Sliding windows: one every 32 bytes" in position_table(p)
+
+
+@pytest.mark.parametrize("stride", [0, -1, T + 1])
+def test_a_stride_outside_the_window_is_a_config_error(models, stride):
+    with pytest.raises(ConfigError, match="stride must be in"):
+        bits_by_position(models["learned"], windows=1, stride=stride, progress=False)
+
+
 @pytest.mark.parametrize("position", ["rotary", "sinusoidal"])
 def test_extrapolation_past_the_trained_length_is_computed_and_labelled(models, corpus, position):
     long = bits_by_position(
@@ -198,6 +248,10 @@ def test_cli_by_position_end_to_end(models, corpus, tmp_path, monkeypatch, capsy
           "--data-dir", str(corpus), "--out-dir", "mine"])  # fmt: skip
     assert "(extrapolated)" not in capsys.readouterr().out
     assert load_position_profile(tmp_path / "mine").windows == 2
+    main(["evaluate", models["learned"], "--by-position", "--stride", "64", "--data-dir",
+          str(corpus), "--out-dir", "sliding"])  # fmt: skip
+    assert "sliding windows every 64 bytes" in capsys.readouterr().out
+    assert load_position_profile(tmp_path / "sliding").stride == 64
 
 
 def test_cli_errors_are_one_line(models, corpus, capsys):
@@ -208,6 +262,9 @@ def test_cli_errors_are_one_line(models, corpus, capsys):
     assert e.value.code == 2 and "max_seq_len=128" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as e:
         main(["evaluate", models["learned"], "--context", "256"])
+    assert e.value.code == 2 and "--by-position" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", models["learned"], "--stride", "64"])
     assert e.value.code == 2 and "--by-position" in capsys.readouterr().err
 
 

@@ -457,6 +457,7 @@ class PositionProfile:
     bits_per_byte: float  # over every scored byte
     targets: int  # bytes scored
     windows: int  # windows measured
+    stride: int | None = None  # sliding windows: one every `stride` bytes (None: non-overlapping)
 
     def __post_init__(self) -> None:
         for name in ("edges", "bits", "counts"):  # from JSON: lists
@@ -515,6 +516,7 @@ def bits_by_position(
     data_dir: str | None = None,
     device: str = "cpu",
     progress: bool = True,
+    stride: int | None = None,
 ) -> PositionProfile:
     """Bits per byte of ``source`` (see :func:`load_task`) on ``split`` of ``dataset``, by the
     position of the predicted byte in its window.
@@ -535,12 +537,17 @@ def bits_by_position(
         batch_size: windows per batch (default: 16, or 1 for contexts of 2048 bytes and more).
         device: where the model runs.
         progress: show a progress bar over the batches.
+        stride: sliding windows (:class:`~zoo.data.text.EvalWindows`): a window every ``stride``
+            bytes scoring only its last ``stride`` bytes (all of a document's first window), so
+            every byte past a document's first ``context`` is predicted from at least
+            ``context - stride`` bytes: the overall ``bits_per_byte`` of a model at its best
+            context, comparable across models of different contexts. ``None``: non-overlapping.
 
     Raises:
         ConfigError: an unknown split, a non-positive ``context`` or ``bucket``, ``bucket >
-            context``, or ``context > max_seq_len`` for a model whose positions end there (learned,
-            factorized); CheckpointError / HubError: the model cannot be loaded;
-            DataNotFoundError: the data set is not found.
+            context``, a ``stride`` outside ``[1, context]``, or ``context > max_seq_len`` for a
+            model whose positions end there (learned, factorized); CheckpointError / HubError:
+            the model cannot be loaded; DataNotFoundError: the data set is not found.
     """
     import torch
     import torch.nn.functional as F
@@ -571,6 +578,8 @@ def bits_by_position(
     context = context or trained
     if bucket > context:
         raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
+    if stride is not None and not 1 <= stride <= context:
+        raise ConfigError(f"stride must be in [1, context={context}], got {stride}")
     if context > trained:
         model = _extended(model, context, str(source))
     model = model.float().to(device).eval()
@@ -578,7 +587,7 @@ def bits_by_position(
         windows = math.ceil(first_bytes / context)
     datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=context)
     datamodule.setup("test" if split == "test" else "validate")
-    ds = EvalWindows(datamodule.splits[split], context)
+    ds = EvalWindows(datamodule.splits[split], context, stride)
     n = len(ds) if windows is None else min(windows, len(ds))
     bs = batch_size or (1 if context >= 2048 else 16)
     loader = DataLoader(Subset(ds, range(n)), batch_size=bs, shuffle=False)
@@ -619,6 +628,7 @@ def bits_by_position(
         bits_per_byte=round(float(sums.sum()) / total / math.log(2), 5),
         targets=total,
         windows=n,
+        stride=stride,
     )
 
 
@@ -630,6 +640,12 @@ def _describe(profile: PositionProfile) -> str:
         f"{p.bits_per_byte:.4f} bits/byte overall. The byte at position t is predicted from the "
         "t + 1 bytes before it in its window."
     )
+    if p.stride is not None:
+        text += (
+            f" Sliding windows: one every {p.stride:,} bytes, each scoring its last {p.stride:,}"
+            f" bytes (a document's first window all of its bytes), so every byte past a"
+            f" document's first {p.context:,} has at least {p.context - p.stride:,} bytes before it."
+        )
     if p.extrapolated:
         text += (
             f" The model was trained on windows of {p.max_seq_len:,} bytes: positions "

@@ -329,15 +329,32 @@ class ResumableLoader(DataLoader):
 
 
 class EvalWindows(Dataset):
-    """Non-overlapping windows covering every scored byte of every document exactly once.
+    """Windows covering every scored byte of every document exactly once.
 
-    A document of ``L`` bytes has ``L - 1`` targets, in ``ceil((L - 1) / seq_len)`` windows; the last
-    is padded with ``x = 0`` and ``y = -100``.
+    A document of ``L`` bytes has ``L - 1`` targets. With ``stride=None`` (or ``seq_len``) the
+    windows do not overlap: ``ceil((L - 1) / seq_len)`` of them, the last padded with ``x = 0`` and
+    ``y = -100``. With ``stride=s < seq_len`` they slide: a window starts every ``s`` bytes and
+    scores only its last ``s`` targets (the others are ``y = -100``), except the document's first
+    window, which scores all of its targets; so every target past a document's first ``seq_len``
+    is predicted from at least ``seq_len - s`` bytes before it (a sliding-window evaluation, the
+    fair way to compare models of different contexts; ``seq_len / s`` times the compute).
+
+    Raises:
+        ValueError: ``stride`` outside ``[1, seq_len]``.
     """
 
-    def __init__(self, docs: Sequence[np.ndarray], seq_len: int) -> None:
-        self.docs, self.seq_len = docs, seq_len
-        self.index = [(d, s) for d, doc in enumerate(docs) for s in range(0, len(doc) - 1, seq_len)]
+    def __init__(self, docs: Sequence[np.ndarray], seq_len: int, stride: int | None = None) -> None:
+        stride = seq_len if stride is None else stride
+        if not 1 <= stride <= seq_len:
+            raise ValueError(f"stride must be in [1, seq_len={seq_len}], got {stride}")
+        self.docs, self.seq_len, self.stride = docs, seq_len, stride
+        # a window starting at s > 0 scores targets [s + seq_len - stride, s + seq_len)
+        self.index = [
+            (d, s)
+            for d, doc in enumerate(docs)
+            for s in range(0, len(doc) - 1, stride)
+            if s == 0 or s + seq_len - stride < len(doc) - 1
+        ]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -353,6 +370,8 @@ class EvalWindows(Dataset):
         y = torch.full((self.seq_len,), IGNORE_INDEX, dtype=torch.int64)
         n = len(chunk) - 1
         x[:n], y[:n] = chunk[:-1], chunk[1:]
+        if start > 0:  # seen by the window before: keep only the last `stride` targets
+            y[: self.seq_len - self.stride] = IGNORE_INDEX
         return x, y
 
 

@@ -4,7 +4,7 @@ zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--contex
          [--markdown | --write-readme]
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
-zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--out-dir DIR]
+zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
            [--samples PNG] [--bench DIR]
@@ -202,10 +202,15 @@ def evaluate_main(args: list[str]) -> None:
     by.add_argument("--context", type=int, help="window in bytes (default: the model's "
                     "max_seq_len; longer for rotary or sinusoidal positions: extrapolation)")  # fmt: skip
     by.add_argument("--bucket", type=int, default=64, help="positions per bucket (default 64)")
+    by.add_argument("--stride", type=int, help="sliding windows, one every STRIDE bytes, each "
+                    "scoring its last STRIDE bytes: every byte gets >= context - STRIDE bytes "
+                    "of context (default: non-overlapping windows)")  # fmt: skip
     by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised>")
     ns = parser.parse_args(args)
-    if not ns.by_position and (ns.context is not None or ns.out_dir is not None):
-        parser.error("--context and --out-dir go with --by-position")
+    if not ns.by_position and (
+        ns.context is not None or ns.out_dir is not None or ns.stride is not None
+    ):
+        parser.error("--context, --stride and --out-dir go with --by-position")
     if ns.by_position and (ns.registered or ns.out or ns.precision != "32-true"):
         parser.error(
             "--by-position measures in fp32 and writes its own files (--out-dir): not with "
@@ -287,7 +292,7 @@ def _by_position(ns: argparse.Namespace) -> None:
 
     profile = bits_by_position(ns.source, dataset=ns.dataset, split=ns.split, context=ns.context,
                                bucket=ns.bucket, windows=ns.windows, first_bytes=ns.first_bytes,
-                               batch_size=ns.batch_size, data_dir=ns.data_dir,
+                               batch_size=ns.batch_size, data_dir=ns.data_dir, stride=ns.stride,
                                device="cuda" if torch.cuda.is_available() else "cpu")  # fmt: skip
     p = profile
     table = Table(
@@ -304,6 +309,11 @@ def _by_position(ns: argparse.Namespace) -> None:
         )
     _console().print(table)
     print(f"{ns.source}: {p.bits_per_byte:.4f} bits/byte overall ({p.targets:,} bytes scored)")
+    if p.stride is not None:
+        print(
+            f"sliding windows every {p.stride:,} bytes: every byte past a document's first "
+            f"{p.context:,} predicted from at least {p.context - p.stride:,} bytes"
+        )
     if p.extrapolated:
         print(
             f"trained on windows of {p.max_seq_len:,} bytes: positions {p.max_seq_len:,} and "
