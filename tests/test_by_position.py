@@ -154,6 +154,10 @@ def test_sliding_evaluation_is_the_nll_with_the_longer_context(models, corpus):
     plain = bits_by_position(models["rotary"], bucket=T, data_dir=str(corpus), progress=False)
     assert plain.stride is None and plain.targets == p.targets
     assert "Sliding windows: one every 32 bytes" in position_table(p)
+    # the first 200 bytes of the first book: its first window (128) and three of 32 more
+    q = bits_by_position(models["rotary"], stride=stride, first_bytes=200, bucket=T,
+                         data_dir=str(corpus), progress=False)  # fmt: skip
+    assert (q.windows, q.targets) == (4, 128 + 3 * 32)
 
 
 @pytest.mark.parametrize("stride", [0, -1, T + 1])

@@ -533,7 +533,8 @@ def bits_by_position(
             window); the positions past the trained length are marked as extrapolation.
         bucket: positions per bucket: ``[0, bucket), [bucket, 2 bucket), ...`` up to ``context``.
         windows, first_bytes: only the first windows of the split, as in :func:`evaluate`
-            (``first_bytes``: ``ceil(first_bytes / context)`` windows).
+            (``first_bytes``: the windows that cover that many bytes: ``ceil(first_bytes /
+            context)``, or with ``stride`` ``1 + ceil((first_bytes - context) / stride)``).
         batch_size: windows per batch (default: 16, or 1 for contexts of 2048 bytes and more).
         device: where the model runs.
         progress: show a progress bar over the batches.
@@ -583,8 +584,10 @@ def bits_by_position(
     if context > trained:
         model = _extended(model, context, str(source))
     model = model.float().to(device).eval()
-    if first_bytes is not None:
+    if first_bytes is not None:  # the windows covering the first bytes (of the first book)
         windows = math.ceil(first_bytes / context)
+        if stride is not None:  # the first window scores `context` bytes, each later one `stride`
+            windows = 1 + math.ceil(max(first_bytes - context, 0) / stride)
     datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=context)
     datamodule.setup("test" if split == "test" else "validate")
     ds = EvalWindows(datamodule.splits[split], context, stride)
