@@ -270,6 +270,15 @@ register_preset(
     "the small model with strictly causal routing (nearest centroid, last 128 members)",
 )
 register_preset(
+    "routing_transformer_small_top2",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(
+        **{**_SMALL, "position": "rotary"}, n_local_heads=6, n_routing_layers=2, routing="causal"
+    ),
+    "the paper's PG-19 layout at small size: 8 rotary local heads (window 128) per layer, of which "
+    "the top 2 layers route 2 (causal routing, k=32), context 4096",
+)
+register_preset(
     "routing_transformer_small_dense",
     RoutingTransformerLM,
     RoutingTransformerConfig(**{**_SMALL, "n_local_heads": 8, "window": 4096}),
