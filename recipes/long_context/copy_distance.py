@@ -18,6 +18,7 @@ Errors: a missing corpus is ``zoo.data.DataNotFoundError`` (one line naming wher
 from __future__ import annotations
 
 import argparse
+import bisect
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,13 +60,7 @@ def shares(docs: Sequence[bytes], n: int, edges: Sequence[int] = EDGES) -> dict[
     for doc in docs:
         for d in copy_distances(doc, n):
             total += 1
-            if d == 0:
-                counts[-1] += 1
-                continue
-            b = 0
-            while b < len(edges) and d > edges[b]:
-                b += 1
-            counts[b] += 1
+            counts[bisect.bisect_left(edges, d) if d else -1] += 1
     return {label: c / max(total, 1) for label, c in zip(labels, counts, strict=True)}
 
 
