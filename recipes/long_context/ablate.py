@@ -208,6 +208,19 @@ EQUAL_BUDGET: dict[str, Variant] = {
         ["--model.init_args.model_config", json.dumps(PG19_LAYOUT), *WINDOWS_1024],
         _RT + "pg19mini_random.yaml",
     ),
+    "causal_pg19_scale1_1024x8": Variant(
+        "causal_pg19_1024x8 with the routing heads' scores q.k instead of q.k / sqrt(d_head) "
+        "(Algorithm 1 line 22 as written: A = Q'K'^T on LayerNorm'd vectors)",
+        ["--model.init_args.model_config",
+         json.dumps(PG19_LAYOUT | {"routing_score_scale": 1.0}), *WINDOWS_1024],
+        _RT + "pg19mini_causal.yaml",
+    ),
+    "random_pg19_scale1_1024x8": Variant(
+        "random_pg19_1024x8 with the same scores q.k",
+        ["--model.init_args.model_config",
+         json.dumps(PG19_LAYOUT | {"routing_score_scale": 1.0}), *WINDOWS_1024],
+        _RT + "pg19mini_random.yaml",
+    ),
     "local_1024x8": Variant(
         "the local-only model trained on 1,024 x 8 windows per step (same bytes), run at 4,096",
         [*ROTARY, *WINDOWS_1024],

@@ -13,8 +13,12 @@ so the passage and the bars below share them. Bottom panel: that head's cluster 
 the window's tokens x k; 1 = balanced) sorted descending, with lines at 1 and 0.25.
 
 Also prints a table, written next to the PNG as markdown (same stem, ``.md``): occupancy min / max
-and empty clusters (nobody's nearest centroid) of every routing head on the window, and for the
-chosen head the most frequent characters of its largest clusters.
+and empty clusters (nobody's nearest centroid) of every routing head on the window, under causal
+routing the share of each head's attention on keys outside the local window beside the share
+uniform attention over the same cluster members would give (below it, the head prefers nearer
+members), and the head's uniformity (``exp(entropy) / members``: 1 = it averages its members;
+:func:`zoo.attention.routing.causal_routing_stats`), and for the chosen head the most frequent
+characters of its largest clusters.
 
     python recipes/routing_transformer/cluster_map.py \\
         --model runs/routing_transformer/pg19mini_long/checkpoints/last.ckpt --out /tmp/cluster_map.png
@@ -39,6 +43,7 @@ from torch import nn
 
 import zoo
 from zoo.attention import RoutingSelfAttention
+from zoo.attention.routing import causal_routing_stats
 from zoo.data import ByteTextDataModule
 from zoo.tasks import CausalLM
 
@@ -199,10 +204,17 @@ def main() -> None:
     ]
     with torch.no_grad():
         model(torch.from_numpy(window.astype(np.int64))[None])
-        clusters = {  # (routing heads, T): nearest centroid of each token's routing query
-            i: attn.kmeans.assign(attn.project(inputs[i])[3])[0].numpy()
+        queries = {i: attn.project(inputs[i])[3] for i, attn in routing.items()}  # (1, h, T, D)
+        assigned = {i: attn.kmeans.assign(queries[i]) for i, attn in routing.items()}  # (1, h, T)
+        stats = {  # causal routing: each head's attention, and uniform attention (equal scores)
+            i: [
+                causal_routing_stats(x, assigned[i], attn.window, attn.causal_window)
+                for x in (attn.scaled(queries[i], queries[i])[0], torch.zeros_like(queries[i]))
+            ]
             for i, attn in routing.items()
+            if attn.routing == "causal"
         }
+    clusters = {i: a[0].numpy() for i, a in assigned.items()}  # (routing heads, T)
     for handle in handles:
         handle.remove()
 
@@ -212,9 +224,20 @@ def main() -> None:
     }
 
     heads = [["layer", "routing head", "occupancy min", "occupancy max", "empty clusters"]]
+    heads[0] += [
+        "attention past the local window", "the same, uniform over the members", "uniformity",
+    ]  # fmt: skip
     for i, occ in occupancy.items():
         for h, o in enumerate(occ):
-            heads.append([str(i), str(h), f"{o.min():.2f}", f"{o.max():.2f}", str((o == 0).sum())])
+            if i in stats:
+                model_stats, uniform = stats[i]
+                shares = [f"{model_stats['far_share'][h]:.1%}", f"{uniform['far_share'][h]:.1%}"]
+                shares.append(f"{model_stats['uniformity'][h]:.2f}")
+            else:
+                shares = ["— (not causal routing)"] * 3
+            heads.append(
+                [str(i), str(h), f"{o.min():.2f}", f"{o.max():.2f}", str((o == 0).sum()), *shares]
+            )
     occ = occupancy[layer][ns.head]
     cl = clusters[layer][ns.head]
     top = [["cluster", "occupancy", "share of the window", "most frequent characters"]]

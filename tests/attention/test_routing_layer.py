@@ -313,3 +313,36 @@ def test_init_and_revival_skip_padding_with_separate_keys():
     km.update(x, x.clone(), padding_mask=padding)
     junk_dir = F.normalize(junk[0, 0, 0], dim=-1)
     assert (km.centroids[0] @ junk_dir).max() < 0.99
+
+
+@pytest.mark.parametrize("routing", ["causal", "topw"])
+def test_score_scale_multiplies_the_routed_scores(routing):
+    """score_scale=1.0 is Algorithm 1 line 22 as written: A = Q'K'^T on LayerNorm'd vectors. One
+    cluster holding every token and no local heads make the routing heads plain causal attention,
+    so the layer must equal softmax(scale q·q) v computed by hand."""
+    kwargs = dict(n_local_heads=0, n_clusters=1, routing=routing, causal_window=64)
+    for scale in (None, 1.0, 0.3):
+        attn = layer(score_scale=scale, **kwargs).eval()
+        x = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(1))
+        _, _, _, q, _, v = attn.project(x)  # (B, 4, T, 8), q LayerNorm'd
+        s = (q @ q.transpose(-1, -2)) * (8**-0.5 if scale is None else scale)
+        p = torch.softmax(s.masked_fill(torch.ones(24, 24).triu(1).bool(), float("-inf")), -1)
+        expected = attn.out_proj((p @ v).transpose(1, 2).reshape(2, 24, 32))
+        torch.testing.assert_close(attn(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_score_scale_leaves_clusters_and_centroid_updates_alone():
+    x = torch.randn(2, 32, 32, generator=torch.Generator().manual_seed(2))
+    plain, sharp = layer(routing="causal"), layer(routing="causal", score_scale=4.0)
+    sharp.load_state_dict(plain.state_dict())
+    assert not torch.allclose(plain.eval()(x), sharp.eval()(x))  # the scale does act
+    plain.train()(x)
+    sharp.train()(x)
+    torch.testing.assert_close(sharp.kmeans.centroids, plain.kmeans.centroids, rtol=0, atol=1e-6)
+
+
+def test_score_scale_is_checked():
+    with pytest.raises(ValueError, match="score_scale"):
+        layer(score_scale=0.0)
+    with pytest.raises(ValueError, match="score_scale"):
+        layer(score_scale=1.0, max_relative_position=4)

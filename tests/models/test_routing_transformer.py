@@ -5,6 +5,7 @@ import torch
 
 import zoo
 from zoo.attention import RoutingSelfAttention
+from zoo.attention.routing import causal_routing_stats
 from zoo.errors import ConfigError
 from zoo.models import RoutingTransformerConfig, RoutingTransformerLM
 from zoo.models.routing_transformer import future_dependence
@@ -37,6 +38,8 @@ def test_routing_heads_only_in_the_top_layers():
         (dict(routing="causal", shared_qk=False), "shared_qk"),
         (dict(routing="greedy"), "routing"),
         (dict(n_clusters=0), "n_clusters"),
+        (dict(routing_score_scale=-1.0), "routing_score_scale"),
+        (dict(routing_score_scale=1.0, max_relative_position=4), "routing_score_scale"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):
@@ -69,6 +72,17 @@ def test_cached_decoding_routes_causally():
     cache = topw.init_cache(2)
     steps = [topw(idx[:, :7], cache)] + [topw(idx[:, t : t + 1], cache) for t in range(7, 40)]
     torch.testing.assert_close(torch.cat(steps, 1), causal(idx), rtol=1e-5, atol=1e-5)
+
+
+def test_cached_decoding_keeps_the_routing_score_scale():
+    model = model_with(routing="causal", routing_score_scale=1.0).eval()
+    idx = torch.randint(0, 32, (2, 40))
+    cache = model.init_cache(2)
+    steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 40)]
+    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
+    default = model_with(routing="causal").eval()
+    default.load_state_dict(model.state_dict())
+    assert not torch.allclose(default(idx), model(idx), atol=1e-3)
 
 
 def test_a_prompt_fills_the_cache_without_a_full_mask(monkeypatch):
@@ -121,14 +135,15 @@ def test_padding_mask_reaches_the_centroids():
     assert not torch.allclose(km.centroids, with_mask)
 
 
-def test_occupancy_is_logged_in_training(tmp_path):
+@pytest.mark.parametrize("routing", ["topw", "causal"])
+def test_occupancy_is_logged_in_training(tmp_path, routing):
     from lightning.pytorch import Trainer
     from lightning.pytorch.loggers import CSVLogger
     from torch.utils.data import DataLoader, TensorDataset
 
     from zoo.tasks import CausalLM
 
-    task = CausalLM("routing_transformer_tiny", warmup_steps=1)
+    task = CausalLM("routing_transformer_tiny", model_config={"routing": routing}, warmup_steps=1)
     tokens = torch.randint(0, 256, (6, 65))
     data = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=2)
     trainer = Trainer(
@@ -140,6 +155,10 @@ def test_occupancy_is_logged_in_training(tmp_path):
     assert 0 <= logged["train/routing/occupancy_min"] <= 1 <= logged["train/routing/occupancy_max"]
     assert 0 < logged["train/routing/far_share"] < 1  # windows of 64 > tiny's local window
     assert 0 <= logged["train/routing/empty_share"] < 1
+    if routing == "causal":  # how evenly the heads spread over their cluster members
+        assert 0 < logged["train/routing/uniformity"] <= 1
+    else:
+        assert "train/routing/uniformity" not in logged
 
 
 def test_far_share_counts_attention_beyond_the_local_window():
@@ -155,3 +174,57 @@ def test_far_share_counts_attention_beyond_the_local_window():
         shares[window] = float(layer.far_share())
     assert shares[64] == 0.0  # every routed key is inside a 64-token window
     assert 0.05 < shares[4] < 1.0  # routed pairs of 64 tokens are mostly more than 4 apart
+
+
+def test_far_share_under_causal_routing_follows_the_members_attended():
+    import zoo
+
+    torch.manual_seed(0)
+    idx = torch.randint(0, 256, (2, 64))
+
+    def layer(**config):
+        model = zoo.create_model("routing_transformer_tiny", routing="causal", **config).train()
+        model(idx)
+        return next(m for m in model.modules() if getattr(m, "far_share", None))
+
+    def share(**config) -> float:
+        return float(layer(**config).far_share())
+
+    assert share(window=64) == 0.0  # every key is inside a 64-token window
+    assert share(window=4, causal_window=1) == 0.0  # each query sees only itself
+    # one cluster holding everything: plain causal attention over the last 64 tokens (shared
+    # q = k), and a 1-token window leaves out only the query itself
+    one = layer(window=1, n_clusters=1, causal_window=64)
+    q = one._last_routing[0].float()
+    s = (q @ q.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    p = torch.softmax(s.masked_fill(torch.ones(64, 64).triu(1).bool(), float("-inf")), -1)
+    whole = float(one.far_share())
+    assert whole == pytest.approx(1 - p.diagonal(dim1=-2, dim2=-1).mean().item(), abs=1e-5)
+    assert 0 < whole < 1
+    assert share(window=4, n_clusters=1, causal_window=64) < whole
+    # uniformity: exp(entropy) / members, over queries with at least 2 members (t >= 1 here)
+    stats = causal_routing_stats(*one._last_routing, 1, 64)
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)  # (B, h, T)
+    by_hand = (entropy.exp() / torch.arange(1, 65))[..., 1:].mean((0, 2))
+    torch.testing.assert_close(stats["uniformity"], by_hand, rtol=1e-5, atol=1e-6)
+    assert (stats["uniformity"] < 1).all()
+    q0 = torch.zeros_like(one._last_routing[0])  # equal scores: uniform attention
+    torch.testing.assert_close(
+        causal_routing_stats(q0, one._last_routing[1], 1, 64)["uniformity"], torch.ones(2)
+    )
+
+
+@pytest.mark.parametrize("routing", ["causal", "topw"])
+def test_far_share_is_fp32_under_bf16_autocast(routing):
+    # training_logs runs inside bf16-mixed training steps: the shares must not round to bf16
+    import zoo
+
+    torch.manual_seed(0)
+    model = zoo.create_model("routing_transformer_tiny", routing=routing, window=4).train()
+    model(torch.randint(0, 256, (2, 64)))
+    layer = next(m for m in model.modules() if getattr(m, "far_share", None))
+    plain = layer.far_share()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = layer.far_share()
+    assert mixed.dtype == torch.float32
+    assert float(mixed) == pytest.approx(float(plain), abs=1e-6)

@@ -46,7 +46,7 @@ from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
 
-__all__ = ["RoutingMode", "RoutingSelfAttention", "SphericalKMeans"]
+__all__ = ["RoutingMode", "RoutingSelfAttention", "SphericalKMeans", "causal_routing_stats"]
 
 RoutingMode = Literal["topw", "causal", "random"]
 
@@ -297,6 +297,50 @@ class SphericalKMeans(nn.Module):
         return sums.view(H, k, D), counts.view(H, k)
 
 
+@torch.no_grad()
+def causal_routing_stats(
+    q: Tensor, clusters: Tensor, window: int, causal_window: int
+) -> dict[str, Tensor]:
+    """Per routing head, where causal routing's attention goes and how selective it is.
+
+    ``q``: the routing heads' queries (= keys) ``(B, h, T, D)`` as routing attention takes them
+    (:meth:`RoutingSelfAttention.scaled`); ``clusters``: their nearest centroids ``(B, h, T)``.
+    Each query attends to the last ``causal_window`` members of its cluster, itself included
+    (``"causal"`` routing in the module docstring), with content scores ``q·k / sqrt(D)``
+    (relative-position biases left out). Returns fp32 ``(h,)`` tensors, means over queries:
+
+    - ``far_share``: the probability mass on keys at least ``window`` positions back, what a
+      local window of that size misses;
+    - ``uniformity``: ``exp(entropy) / members attended``, over queries with at least 2 members;
+      1 = uniform over the members (the head averages them), ``1 / members`` = all on one.
+
+    Builds ``(h, T, T)`` scores one sequence at a time: for logging steps and analysis.
+    """
+    with torch.autocast(q.device.type, enabled=False):  # fp32 scores under bf16-mixed training
+        B, h, T, D = q.shape
+        order = (clusters * T + torch.arange(T, device=q.device)).argsort(-1)  # (B, h, T)
+        i = torch.arange(T, device=q.device)
+        band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < causal_window)
+        far, uniformity = [], []
+        for b in range(B):  # in sorted order the members attended are a causal band of a segment
+            qs = q[b].gather(1, order[b][..., None].expand(h, T, D)).float()
+            segment = clusters[b].gather(1, order[b])
+            allowed = band & (segment[:, :, None] == segment[:, None, :])
+            s = (qs @ qs.transpose(-1, -2)) * D**-0.5
+            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)  # (h, T, T)
+            distance = order[b][:, :, None] - order[b][:, None, :]  # in original positions
+            far.append((p * (distance >= window)).sum(-1).mean(-1))
+            members = allowed.sum(-1)  # (h, T)
+            entropy = -torch.special.xlogy(p, p).sum(-1)
+            several = members >= 2
+            ratio = (entropy.exp() / members).where(several, 0.0).sum(-1)
+            uniformity.append(ratio / several.sum(-1).clamp_min(1))
+        return {
+            "far_share": torch.stack(far).mean(0),
+            "uniformity": torch.stack(uniformity).mean(0),
+        }
+
+
 class RoutingSelfAttention(nn.Module):
     """A layer's heads split into ``n_local_heads`` local heads and routing heads.
 
@@ -312,6 +356,12 @@ class RoutingSelfAttention(nn.Module):
         decay, normalize_centroids, centroid_init, revive_below: of :class:`SphericalKMeans`
             (``normalize``, ``init``, ``revive_below``).
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
+        score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and keys (norm
+            ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``, scaled dot
+            product, scores in ``[-sqrt(D), sqrt(D)]``; ``1.0``: Algorithm 1 line 22 as written,
+            ``A = Q'K'^T``, scores in ``[-D, D]``. Applied by scaling the routed queries and keys,
+            so clusters (scale-invariant) and centroid updates (on the LayerNorm'd vectors) are
+            unchanged. Not with ``max_relative_position``.
         rotary: rotary positions (Su et al. 2021) on the LOCAL heads' queries and keys. Routing
             heads stay purely content-based: turning their queries before the k-means would make
             the clusters depend on position.
@@ -338,6 +388,7 @@ class RoutingSelfAttention(nn.Module):
         centroid_init: Literal["kmeans", "random"] = "random",
         revive_below: float = 0.0,
         max_relative_position: int = 0,
+        score_scale: float | None = None,
         rotary: bool = False,
         bias: bool = True,
         seed: int = 0,
@@ -349,7 +400,13 @@ class RoutingSelfAttention(nn.Module):
             raise ValueError(f"n_local_heads must be in [0, {n_heads}], got {n_local_heads}")
         if routing == "causal" and not shared_qk:
             raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
+        if score_scale is not None and (score_scale <= 0 or max_relative_position):
+            raise ValueError(
+                f"score_scale must be positive and without relative positions, got {score_scale}"
+            )
         self.n_heads, self.d_head = n_heads, d_model // n_heads
+        # the routed q and k are multiplied by this, so SDPA's 1/sqrt(D) gives score_scale q·k
+        self.routing_gain = (score_scale * self.d_head**0.5) ** 0.5 if score_scale else None
         self.n_local, self.n_routing = n_local_heads, n_heads - n_local_heads
         self.window, self.routing, self.causal_window = window, routing, causal_window
         # the engine's patterns: the local heads' window, and causal routing's window of members
@@ -387,15 +444,16 @@ class RoutingSelfAttention(nn.Module):
     ) -> Tensor:
         B, T, _ = x.shape
         ql, kl, vl, qr, kr, vr = self.project(x)
+        qa, ka = self.scaled(qr, kr)  # what routing attention sees; the centroids see qr, kr
         if self.rotary is not None:
             ql, kl = self.rotary.rotate(ql, kl, cache.seq_len if cache is not None else 0)
         if cache is not None:
             y = self._cached(
-                torch.cat([ql, qr], 1), torch.cat([kl, kr], 1), torch.cat([vl, vr], 1), cache
+                torch.cat([ql, qa], 1), torch.cat([kl, ka], 1), torch.cat([vl, vr], 1), cache
             )
         clusters = None  # causal routing's assignment of the queries, reused by the update
         if cache is None:
-            routed, clusters = self._route(qr, kr, vr)
+            routed, clusters = self._route(qa, ka, vr)
             y = torch.cat([self._local(ql, kl, vl), routed], 1)
         if self.training and self.kmeans is not None:  # after routing (Algorithm 1 lines 28-31)
             k_update = None if self.shared_qk else kr.detach()
@@ -416,6 +474,14 @@ class RoutingSelfAttention(nn.Module):
         kr = qr if self.shared_qk else unit_layer_norm(rest[0])
         return ql, kl, vl, qr, kr, rest[-1]
 
+    def scaled(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """The routing heads' LayerNorm'd ``q, k`` ``(B, h, T, D)`` as routing attention takes
+        them: times ``routing_gain`` under a ``score_scale`` (``k is q`` stays so when shared)."""
+        if self.routing_gain is None:
+            return q, k
+        qa = q * self.routing_gain
+        return qa, (qa if k is q else k * self.routing_gain)
+
     def _local(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if not self.n_local:  # a layer of routing heads only
             return v
@@ -428,6 +494,8 @@ class RoutingSelfAttention(nn.Module):
             return v, None
         if self.routing == "causal":
             clusters = self.kmeans.assign(q)
+            if self.training:  # for far_share()
+                self._last_routing = (q.detach(), clusters)
             return self._route_causal(q, v, clusters), clusters
         q_idx, k_idx = self.select(q, k)
         if self.training:  # for far_share(), computed only when a logger asks
@@ -437,22 +505,37 @@ class RoutingSelfAttention(nn.Module):
         return self._route_relative(q, k, v, q_idx, k_idx), None
 
     @torch.no_grad()
-    def far_share(self) -> Tensor | None:
-        """The share of the routing heads' attention (probability mass, mean over queries) that
-        the last training step's top-w / random routing put on keys at least ``window``
-        positions back, i.e. outside what the local heads see; ``None`` before a routed training
-        step (and under causal routing). 0 would mean routing only repeats local attention."""
+    def routing_stats(self) -> dict[str, Tensor]:
+        """Where the last training step's routing heads attended: 0-dim fp32 tensors, means over
+        routing heads and queries; ``{}`` before a routed training step. Content scores only:
+        relative-position biases are left out.
+
+        - ``far_share``: the probability mass on keys at least ``window`` positions back, i.e.
+          outside what the local heads see; 0 would mean routing only repeats local attention.
+          Top-w / random routing: within each centroid's ``w`` queries and keys. Causal routing:
+          over each query's last ``causal_window`` cluster members (itself included).
+        - ``uniformity`` (causal routing): ``exp(entropy) / members attended``; 1 = the heads
+          average their members (:func:`causal_routing_stats`).
+        """
         last = getattr(self, "_last_routing", None)
         if last is None:
-            return None
+            return {}
+        if len(last) == 2:  # causal routing
+            stats = causal_routing_stats(*last, self.window, self.causal_window)
+            return {name: value.mean() for name, value in stats.items()}
         q, k, q_idx, k_idx = last
         k_idx = q_idx if k_idx is None else k_idx
         qc, kc = gather_clusters(q, q_idx).float(), gather_clusters(k, k_idx).float()
         distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
-        s = (qc @ kc.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        with torch.autocast(q.device.type, enabled=False):  # fp32 scores under bf16-mixed
+            s = (qc @ kc.transpose(-1, -2)) * q.shape[-1] ** -0.5
         p = torch.softmax(s.masked_fill(distance < 0, float("-inf")), -1)
         far = (p * (distance >= self.window)).sum(-1)  # (B, h, k, w)
-        return far.nan_to_num(0.0).mean()
+        return {"far_share": far.nan_to_num(0.0).mean()}
+
+    def far_share(self) -> Tensor | None:
+        """``routing_stats()["far_share"]``, or ``None`` before a routed training step."""
+        return self.routing_stats().get("far_share")
 
     def select(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
         """Cluster members under ``"topw"`` / ``"random"`` routing (Algorithm 1 lines 9-18).

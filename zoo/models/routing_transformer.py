@@ -52,6 +52,8 @@ class RoutingTransformerConfig(TransformerConfig):
     centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
     revive_below: float = 0.25  # move centroids with occupancy < this onto poorly covered tokens
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
+    # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
+    routing_score_scale: float | None = None
 
     def structure(self) -> dict[str, Any]:
         """Local and routing heads (Roy et al. 2020, §4). Top-w routing assigns each cluster's
@@ -96,6 +98,15 @@ class RoutingTransformerConfig(TransformerConfig):
             raise ConfigError("routing='causal' needs shared_qk=True (one cluster per token)")
         if self.max_relative_position < 0:
             raise ConfigError("max_relative_position must be >= 0 (0 turns it off)")
+        if self.routing_score_scale is not None and self.routing_score_scale <= 0:
+            raise ConfigError(
+                f"routing_score_scale must be positive (or null for 1/sqrt(d_head)), "
+                f"got {self.routing_score_scale}"
+            )
+        if self.routing_score_scale is not None and self.max_relative_position:
+            raise ConfigError(
+                "routing_score_scale works without relative positions: set max_relative_position 0"
+            )
 
     @property
     def routing_window(self) -> int:
@@ -149,6 +160,7 @@ class RoutingTransformerLM(TransformerLM):
             centroid_init=c.centroid_init,
             revive_below=c.revive_below,
             max_relative_position=c.max_relative_position,
+            score_scale=c.routing_score_scale,
             rotary=c.position == "rotary",
             bias=c.bias,
             seed=layer,
@@ -167,8 +179,9 @@ class RoutingTransformerLM(TransformerLM):
         each centroid, times ``k`` (1 = balanced), over routing heads and layers; a min near 0
         and a max near ``k`` mean the clusters collapsed; ``routing/empty_share``: the share of
         centroids that are no token's nearest. ``routing/far_share``: the mean share
-        of routed attention on keys outside the local window
-        (:meth:`~zoo.attention.RoutingSelfAttention.far_share`; top-w and random routing)."""
+        of routed attention on keys outside the local window; ``routing/uniformity`` (causal
+        routing): 1 when the routing heads attend uniformly over their cluster members
+        (:meth:`~zoo.attention.RoutingSelfAttention.routing_stats`)."""
         occupancy = [
             m.kmeans.occupancy
             for m in self.modules()
@@ -183,10 +196,11 @@ class RoutingTransformerLM(TransformerLM):
             "routing/occupancy_max": every.max(),
             "routing/empty_share": (every == 0).float().mean(),
         }
-        far = [m.far_share() for m in self.modules() if isinstance(m, RoutingSelfAttention)]
-        far = [f for f in far if f is not None]
-        if far:
-            logs["routing/far_share"] = torch.stack(far).mean()
+        stats = [m.routing_stats() for m in self.modules() if isinstance(m, RoutingSelfAttention)]
+        for name in ("far_share", "uniformity"):
+            values = [s[name] for s in stats if name in s]
+            if values:
+                logs[f"routing/{name}"] = torch.stack(values).mean()
         return logs
 
 
