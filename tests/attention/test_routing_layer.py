@@ -346,3 +346,31 @@ def test_score_scale_is_checked():
         layer(score_scale=0.0)
     with pytest.raises(ValueError, match="score_scale"):
         layer(score_scale=1.0, max_relative_position=4)
+
+
+def test_causal_routing_stats_match_dense_attention_over_the_last_members():
+    """Blocks of causal_window sorted positions, a ragged last block, several clusters: the
+    same far share and uniformity as attention written out over original positions."""
+    from zoo.attention.routing import causal_routing_stats
+
+    B, h, T, D, C, window = 2, 2, 50, 8, 6, 5
+    g = torch.Generator().manual_seed(3)
+    q = F.layer_norm(torch.randn(B, h, T, D, generator=g), (D,)) * 1.7
+    clusters = torch.randint(0, 3, (B, h, T), generator=g)
+    t = torch.arange(T)
+    same = clusters[..., :, None] == clusters[..., None, :]  # (B, h, T, T)
+    causal = t[:, None] >= t[None, :]
+    # members of the query's cluster in (key, query]: the key is among the last C members
+    later = (same & causal).flip(-1).cumsum(-1).flip(-1)
+    allowed = same & causal & (later <= C)
+    s = (q @ q.transpose(-1, -2)) * D**-0.5
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    far = (p * ((t[:, None] - t[None, :]) >= window)).sum(-1).mean(-1).mean(0)
+    members = allowed.sum(-1)
+    ratio = (-(p * p.clamp_min(1e-30).log()).sum(-1)).exp() / members
+    uniformity = torch.stack(
+        [torch.stack([ratio[b, i][members[b, i] >= 2].mean() for i in range(h)]) for b in range(B)]
+    ).mean(0)
+    stats = causal_routing_stats(q, clusters, window, C)
+    torch.testing.assert_close(stats["far_share"], far, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(stats["uniformity"], uniformity, rtol=1e-5, atol=1e-6)

@@ -314,31 +314,41 @@ def causal_routing_stats(
     - ``uniformity``: ``exp(entropy) / members attended``, over queries with at least 2 members;
       1 = uniform over the members (the head averages them), ``1 / members`` = all on one.
 
-    Builds ``(h, T, T)`` scores one sequence at a time: for logging steps and analysis.
+    Scores only each query's band of ``causal_window`` keys in cluster-sorted order, as blocks of
+    that size against themselves and the block before: ``O(T causal_window)`` memory and time.
     """
     with torch.autocast(q.device.type, enabled=False):  # fp32 scores under bf16-mixed training
         B, h, T, D = q.shape
-        order = (clusters * T + torch.arange(T, device=q.device)).argsort(-1)  # (B, h, T)
-        i = torch.arange(T, device=q.device)
-        band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < causal_window)
-        far, uniformity = [], []
-        for b in range(B):  # in sorted order the members attended are a causal band of a segment
-            qs = q[b].gather(1, order[b][..., None].expand(h, T, D)).float()
-            segment = clusters[b].gather(1, order[b])
-            allowed = band & (segment[:, :, None] == segment[:, None, :])
-            s = (qs @ qs.transpose(-1, -2)) * D**-0.5
-            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)  # (h, T, T)
-            distance = order[b][:, :, None] - order[b][:, None, :]  # in original positions
-            far.append((p * (distance >= window)).sum(-1).mean(-1))
-            members = allowed.sum(-1)  # (h, T)
-            entropy = -torch.special.xlogy(p, p).sum(-1)
-            several = members >= 2
-            ratio = (entropy.exp() / members).where(several, 0.0).sum(-1)
-            uniformity.append(ratio / several.sum(-1).clamp_min(1))
-        return {
-            "far_share": torch.stack(far).mean(0),
-            "uniformity": torch.stack(uniformity).mean(0),
-        }
+        C = min(causal_window, T)  # sorted by (cluster, position), a query's members are the
+        order = (clusters * T + torch.arange(T, device=q.device)).argsort(-1)  # C before it
+        n = -(-T // C)  # blocks of C sorted positions; the last one padded
+
+        def blocks(x: Tensor, fill: float) -> Tensor:  # (B, h, T, ...) -> (B, h, n, C, ...)
+            pad = [0, 0] * (x.dim() - 3) + [0, n * C - T]
+            return F.pad(x, pad, value=fill).view(B, h, n, C, *x.shape[3:])
+
+        def with_previous(x: Tensor, fill: float) -> Tensor:  # (B, h, n, C, ...) -> (.., 2C, ..)
+            pad = [0, 0] * (x.dim() - 4) + [0, 0, 1, 0]
+            return torch.cat([F.pad(x, pad, value=fill)[:, :, :-1], x], 3)
+
+        qs = blocks(q.gather(2, order[..., None].expand(B, h, T, D)).float(), 0.0)
+        segment = blocks(clusters.gather(2, order), -1)  # padding: segment -1, no real cluster
+        position = blocks(order, 0)
+        index = blocks(torch.arange(T, device=q.device).expand(B, h, T), T)  # sorted index
+        s = (qs @ with_previous(qs, 0.0).transpose(-1, -2)) * D**-0.5  # (B, h, n, C, 2C)
+        back = index[..., None] - with_previous(index, -T)[..., None, :]  # sorted steps back
+        same = segment[..., None] == with_previous(segment, -2)[..., None, :]
+        allowed = same & (back >= 0) & (back < C) & (segment[..., None] >= 0)
+        p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+        distance = position[..., None] - with_previous(position, 0)[..., None, :]
+        real = segment >= 0  # (B, h, n, C): not padding
+        far = (p * (distance >= window)).sum(-1)
+        members = allowed.sum(-1)
+        several = members >= 2
+        ratio = (-torch.special.xlogy(p, p).sum(-1)).exp() / members.clamp_min(1)
+        uniformity = (ratio * several).sum((2, 3)) / several.sum((2, 3)).clamp_min(1)
+        far = (far * real).sum((2, 3)) / T
+        return {"far_share": far.mean(0), "uniformity": uniformity.mean(0)}
 
 
 class RoutingSelfAttention(nn.Module):
