@@ -310,9 +310,14 @@ register_preset(
     "transformer_lm_small_rotary",
     TransformerLM,
     TransformerConfig(
-        **{**_BYTE, "position": "rotary"}, max_seq_len=256, d_model=256, n_layers=4, n_heads=8,
-        d_ff=1024, dropout=0.0,
-    ),  # fmt: skip
+        **{**_BYTE, "position": "rotary"},
+        max_seq_len=256,
+        d_model=256,
+        n_layers=4,
+        n_heads=8,
+        d_ff=1024,
+        dropout=0.0,
+    ),
     "the small model with 8 heads of 32 and rotary positions (the local-attention model's settings)",
 )
 register_preset(
