@@ -337,7 +337,7 @@ def causal_routing_stats(
         index = blocks(torch.arange(T, device=q.device).expand(B, h, T), T)  # sorted index
         s = (qs @ with_previous(qs, 0.0).transpose(-1, -2)) * D**-0.5  # (B, h, n, C, 2C)
         back = index[..., None] - with_previous(index, -T)[..., None, :]  # sorted steps back
-        same = segment[..., None] == with_previous(segment, -2)[..., None, :]
+        same = segment[..., None] == with_previous(segment, -1)[..., None, :]
         allowed = same & (back >= 0) & (back < C) & (segment[..., None] >= 0)
         p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
         distance = position[..., None] - with_previous(position, 0)[..., None, :]
