@@ -22,6 +22,12 @@ head dim 32 of which 4 local, local window 128, clusters of 128 tokens (``k = n 
 - ``ours_causal``: the same with causal routing;
 - ``routing_transformer``: ``routing_transformer.RoutingTransformerLM(causal=True, ...)`` with its
   defaults otherwise (loss includes its auxiliary commitment loss);
+- ``floor``: the part of the step that every implementation of this configuration computes, with
+  PyTorch's own ops: the byte embedding, per layer a LayerNorm, the values' projection, the output
+  projection (attention replaced by the identity: no queries, keys or scores), a LayerNorm and the
+  feed-forward layer, then the final LayerNorm and the logits. A step of either model costs at
+  least this at the same precision, so one implementation is twice as fast as the other only if
+  the slower one's step takes at least twice the floor;
 - ``..._bf16``: the same step under ``torch.autocast("cpu", torch.bfloat16)`` (what ``zoo fit``'s
   bf16-mixed does on CPUs with AVX512-BF16 or AMX; the package runs under it unchanged).
 
@@ -41,13 +47,47 @@ import torch.nn.functional as F
 from benchmarks import harness
 from benchmarks.harness import machine, measure, time_and_peak, write_report
 
-BASE = ("ours_topw", "ours_causal", "routing_transformer")
+BASE = ("ours_topw", "ours_causal", "routing_transformer", "floor")
 METHODS = (*BASE, *(f"{m}_bf16" for m in BASE))
 D_MODEL, LAYERS, HEADS, LOCAL_HEADS, WINDOW, CLUSTER_SIZE = 256, 4, 8, 4, 128, 128
 
 
+class Floor(torch.nn.Module):
+    """The dense work every implementation of the configuration does: attention replaced by its
+    values (no queries, keys or scores)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.embed = nn.Embedding(256, D_MODEL)
+        self.layers = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "norm1": nn.LayerNorm(D_MODEL),
+                    "v": nn.Linear(D_MODEL, D_MODEL),
+                    "out": nn.Linear(D_MODEL, D_MODEL),
+                    "norm2": nn.LayerNorm(D_MODEL),
+                    "ff": nn.Sequential(
+                        nn.Linear(D_MODEL, 4 * D_MODEL), nn.GELU(), nn.Linear(4 * D_MODEL, D_MODEL)
+                    ),
+                }
+            )
+            for _ in range(LAYERS)
+        )
+        self.norm, self.head = nn.LayerNorm(D_MODEL), nn.Linear(D_MODEL, 256, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx)
+        for layer in self.layers:
+            h = h + layer["out"](layer["v"](layer["norm1"](h)))
+            h = h + layer["ff"](layer["norm2"](h))
+        return self.head(self.norm(h))
+
+
 def build(method: str, n: int) -> torch.nn.Module:
     method = method.removesuffix("_bf16")
+    if method == "floor":
+        return Floor()
     if method == "routing_transformer":
         try:
             from routing_transformer import RoutingTransformerLM
