@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -88,9 +87,10 @@ def growth(rows: list[dict], method: str, metric: str = "ms") -> float | None:
 
 
 def machine() -> str:
-    """``"x86_64 (2 threads), torch 2.x"`` for table captions."""
-    cpu = platform.processor() or platform.machine()
-    return f"{cpu} ({torch.get_num_threads()} threads), torch {torch.__version__}"
+    """``"AMD EPYC 9R14 (2 threads), torch 2.x"`` for table captions: the CPU's model name."""
+    from zoo.lineage import device_name
+
+    return f"{device_name('cpu')}, torch {torch.__version__}"
 
 
 def write_report(

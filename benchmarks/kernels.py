@@ -234,14 +234,9 @@ def environment() -> dict:
             pass
         env["cuda"] = torch.version.cuda
     else:
-        cpu = platform.processor() or platform.machine()
-        for line in (
-            Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-        ):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        env["device"] = f"{cpu} ({torch.get_num_threads()} threads), no GPU"
+        from zoo.lineage import device_name
+
+        env["device"] = f"{device_name('cpu')}, no GPU"
     return env
 
 
