@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from zoo.lineage import device_name
+
 __all__ = ["growth", "machine", "measure", "parser", "time_and_peak", "write_report"]
 
 REPO = Path(__file__).resolve().parents[1]  # where ``benchmarks`` imports from
@@ -88,8 +90,6 @@ def growth(rows: list[dict], method: str, metric: str = "ms") -> float | None:
 
 def machine() -> str:
     """``"AMD EPYC 9R14 (2 threads), torch 2.x"`` for table captions: the CPU's model name."""
-    from zoo.lineage import device_name
-
     return f"{device_name('cpu')}, torch {torch.__version__}"
 
 

@@ -341,13 +341,11 @@ def causal_routing_stats(
         allowed = same & (back >= 0) & (back < C) & (segment[..., None] >= 0)
         p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
         distance = position[..., None] - with_previous(position, 0)[..., None, :]
-        real = segment >= 0  # (B, h, n, C): not padding
-        far = (p * (distance >= window)).sum(-1)
+        far = (p * (distance >= window)).sum((2, 3, 4)) / T  # padding queries' rows are all 0
         members = allowed.sum(-1)
         several = members >= 2
         ratio = (-torch.special.xlogy(p, p).sum(-1)).exp() / members.clamp_min(1)
         uniformity = (ratio * several).sum((2, 3)) / several.sum((2, 3)).clamp_min(1)
-        far = (far * real).sum((2, 3)) / T
         return {"far_share": far.mean(0), "uniformity": uniformity.mean(0)}
 
 
