@@ -4,6 +4,7 @@ dropped silently, and bad input is a one-line error with exit status 2."""
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from lightning import LightningDataModule, LightningModule
 
@@ -70,6 +71,28 @@ def test_init_from_with_the_checkpoints_own_model_or_none():
     )
     with pytest.raises(ConfigError, match=r"routing: 'topw' \(checkpoint: 'causal'\)"):
         CausalLM(model="routing_transformer_small", model_config=rotary, init_from=name)
+
+
+def test_init_from_a_run_directory_starts_from_its_weights(tmp_path):
+    """A second training stage (pg19mini_fixed_v3_4096.yaml) names the first stage's run: its
+    best.ckpt's weights are the start, and a damaged .ckpt is a one-line CheckpointError."""
+    from fakes import fake_run
+
+    from zoo.errors import CheckpointError, ConfigError
+    from zoo.tasks import CausalLM
+
+    run = fake_run(tmp_path / "stage1", seed=3)
+    stage1 = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+    for source in (f"{run}", f"{run}/checkpoints/best.ckpt"):
+        stage2 = CausalLM(model="transformer_lm_tiny", init_from=source, lr=1e-4)
+        for key, value in stage2.state_dict().items():
+            assert torch.equal(value, stage1[key]), key
+    assert not torch.equal(CausalLM(model="transformer_lm_tiny").state_dict()[key], stage1[key])
+    with pytest.raises(ConfigError, match="routing_transformer_tiny"):
+        CausalLM(model="routing_transformer_tiny", init_from=str(run))
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"cut short")
+    with pytest.raises(CheckpointError, match=r"could not load .*best\.ckpt"):
+        CausalLM(model="transformer_lm_tiny", init_from=str(run))
 
 
 # --- item 6: one-line errors (exit 2) or the documented behaviour -------------------------------

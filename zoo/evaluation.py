@@ -32,6 +32,7 @@ from zoo.callbacks import hardware
 from zoo.data.text import EvalWindows
 from zoo.errors import CheckpointError, ConfigError
 from zoo.hub.registry import Metric
+from zoo.pretrained import find_checkpoint
 
 __all__ = [
     "PositionProfile",
@@ -49,28 +50,6 @@ __all__ = [
     "save_metric",
     "save_position_profile",
 ]
-
-
-def find_checkpoint(source: str | os.PathLike) -> Path | None:
-    """The Lightning checkpoint a run or ``.ckpt`` path names, or ``None`` for other sources.
-
-    A run directory (``runs/<family>/<dataset>``) gives ``checkpoints/best.ckpt`` (else ``last.ckpt``).
-    Only explicit paths count (:func:`zoo.pretrained.explicit_path`): a bare name is a published
-    checkpoint even if a same-named folder is here.
-    """
-    from zoo.pretrained import explicit_path
-
-    path = explicit_path(source)
-    if path is None:
-        return None
-    if path.is_file() and path.suffix == ".ckpt":
-        return path
-    for name in ("best.ckpt", "last.ckpt"):
-        if (path / "checkpoints" / name).is_file():
-            return path / "checkpoints" / name
-    if path.suffix == ".ckpt":
-        raise CheckpointError(f"{path} does not exist.")
-    return None
 
 
 def checkpoint_task(path: str | os.PathLike):

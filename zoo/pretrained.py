@@ -48,6 +48,7 @@ __all__ = [
     "PretrainedMixin",
     "UnverifiedWeightsWarning",
     "explicit_path",
+    "find_checkpoint",
     "from_pretrained",
     "load_tokenizer",
     "sha256_file",
@@ -93,6 +94,26 @@ def explicit_path(source: str | os.PathLike) -> Path | None:
         or text.endswith((".ckpt", "/"))
     )
     return Path(text).expanduser() if explicit else None
+
+
+def find_checkpoint(source: str | os.PathLike) -> Path | None:
+    """The Lightning checkpoint a run or ``.ckpt`` path names, or ``None`` for other sources.
+
+    A run directory (``runs/<family>/<dataset>``) gives ``checkpoints/best.ckpt`` (else ``last.ckpt``).
+    Only explicit paths count (:func:`zoo.pretrained.explicit_path`): a bare name is a published
+    checkpoint even if a same-named folder is here.
+    """
+    path = explicit_path(source)
+    if path is None:
+        return None
+    if path.is_file() and path.suffix == ".ckpt":
+        return path
+    for name in ("best.ckpt", "last.ckpt"):
+        if (path / "checkpoints" / name).is_file():
+            return path / "checkpoints" / name
+    if path.suffix == ".ckpt":
+        raise CheckpointError(f"{path} does not exist.")
+    return None
 
 
 def verify_manifest(directory: str | os.PathLike) -> bool:

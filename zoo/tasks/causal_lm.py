@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor
 
-from zoo.errors import ConfigError
+from zoo.errors import CheckpointError, ConfigError
 from zoo.generation import generate
 from zoo.metrics import BitsPerByte
 from zoo.registry import create_model
@@ -64,13 +64,21 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
     Raises:
         ConfigError: ``model`` (a preset name, with ``overrides``) describes another architecture
             or other settings than the checkpoint's, or ``overrides`` change a weight's shape.
+        CheckpointError: ``source`` is a Lightning checkpoint that cannot be loaded.
     """
     import dataclasses
 
-    from zoo.pretrained import from_pretrained
+    from zoo.pretrained import find_checkpoint, from_pretrained
     from zoo.registry import get_preset
 
-    pretrained = from_pretrained(source)
+    ckpt = find_checkpoint(source)  # a run directory or .ckpt: a first stage of this recipe
+    if ckpt is None:
+        pretrained = from_pretrained(source)
+    else:
+        try:
+            pretrained = CausalLM.load_from_checkpoint(ckpt, map_location="cpu").model
+        except Exception as e:
+            raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
     if model is not None:  # the recipe names a model: it must be the checkpoint's
         preset = get_preset(model)
         wanted = preset.config.replace(**overrides)
@@ -116,7 +124,9 @@ class CausalLM(LightningModule):
             differs); ``None`` takes the checkpoint's architecture as it is.
         model_config: overrides of that model's config fields (unknown keys are an error).
         init_from: start from pretrained weights: a published checkpoint (``zoo list``), a Hub repo
-            id or a ``save_pretrained`` directory (anything :func:`zoo.from_pretrained` takes). The
+            id, a ``save_pretrained`` directory (anything :func:`zoo.from_pretrained` takes), or
+            a run directory or ``.ckpt`` of a language-model run (its ``checkpoints/best.ckpt``, else
+            ``last.ckpt``: a first training stage, as in ``pg19mini_fixed_v3_4096.yaml``). The
             architecture is the checkpoint's; ``model_config`` may still change settings that keep
             every weight's shape (``dropout``, ...). For fine-tuning:
             ``zoo fit --config ... --model.init_from transformer_lm_small.pg19mini``. Loading a
