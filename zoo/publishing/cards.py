@@ -336,7 +336,7 @@ def _lineage_section(facts: dict[str, Any]) -> str:
     versions = facts.get("versions") or {}
     stages = facts.get("stages") or []
     rows = [
-        ("recipe", "`recipe.yaml`" + "".join(f", then `{st.get('recipe')}`" for st in stages[1:])),
+        ("recipe", ", then ".join(map(_stage_source, stages)) if stages else "`recipe.yaml`"),
         ("git commit of training", ", ".join(f"`{c}`" for c in commits) if commits
          else "not recorded (trained before the zoo recorded it)"),
         ("git commit of export", f"`{lineage['export_commit']}`" if lineage.get("export_commit")
@@ -390,6 +390,14 @@ def _samples_section(name: str, samples: list[str]) -> str:
     )
 
 
+def _stage_source(stage: dict[str, Any]) -> str:
+    """What trained one stage (``training.json``'s ``stages``): its recipe, or its run directory
+    (an earlier stage named by ``init_from``)."""
+    if stage.get("recipe"):
+        return f"`{stage['recipe']}`"
+    return f"the run `{stage.get('run', '?')}`"
+
+
 def _training_windows(
     data: dict[str, Any], context: int | None, stages: list[dict] | None = None, unit: str = "bytes"
 ) -> str:
@@ -400,7 +408,7 @@ def _training_windows(
     if stages:
         return "; then ".join(
             f"{_training_windows(st, context, unit=unit)} for {st.get('optimizer_steps', '?'):,} steps "
-            f"(`{st.get('recipe', '?')}`)"
+            f"({_stage_source(st)})"
             for st in stages
         )
     if data.get("max_tokens"):  # translation: token-bucketed batches of sentence pairs

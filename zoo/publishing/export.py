@@ -176,6 +176,53 @@ def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) 
     }
 
 
+def _stage(facts: dict[str, Any], **source: str) -> dict[str, Any]:
+    """One entry of ``training.json``'s ``stages``: what one run of a staged training did."""
+    data, opt = facts.get("data") or {}, facts.get("optimization") or {}
+    return source | {
+        "optimizer_steps": facts.get("optimizer_steps"),
+        "tokens": facts.get("tokens"),
+        "wall_time_s": facts.get("wall_time_s"),
+        "hardware": facts.get("hardware"),
+        "seq_len": data.get("seq_len"),
+        "batch_size": data.get("batch_size"),
+        "lr": opt.get("lr"),
+    }
+
+
+def _with_earlier_stages(facts: dict[str, Any], **source: str) -> dict[str, Any]:
+    """``facts`` of a run that started from another run's Lightning checkpoint (``init_from`` a run
+    directory or ``.ckpt``: a later training stage, e.g. 200 steps on 4,096-byte windows after
+    3,640 on 1,024) with ``stages``, the earlier runs first (each named by its run directory)
+    and this one last (named by ``source``: ``recipe=...``), and the totals of all stages:
+    optimizer steps, tokens, wall time. A run from a published checkpoint or a
+    ``save_pretrained`` folder is a fine-tune, not a stage: its facts stay its own, with the
+    parent in the lineage."""
+    from zoo.pretrained import find_checkpoint
+
+    parent = (facts.get("lineage") or {}).get("parent")
+    ckpt = find_checkpoint(parent) if parent else None
+    if ckpt is None:
+        return facts
+    earlier = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+    first = _with_earlier_stages(training_facts(earlier, ckpt), run=str(parent))
+    stages = [*(first.get("stages") or [_stage(first, run=str(parent))]), _stage(facts, **source)]
+    steps, tokens, wall = (
+        [st[k] for st in stages] for k in ("optimizer_steps", "tokens", "wall_time_s")
+    )  # fmt: skip
+    total = {
+        "optimizer_steps": sum(steps) if None not in steps else None,
+        "tokens": sum(tokens) if None not in tokens else None,
+        "wall_time_s": round(sum(wall), 1) if None not in wall else None,
+    }
+    total["tokens_per_s"] = (
+        round(total["tokens"] / total["wall_time_s"]) if total["tokens"] and total["wall_time_s"]
+        else None
+    )  # fmt: skip
+    hardware = list(dict.fromkeys(st["hardware"] for st in stages if st["hardware"]))
+    return facts | total | {"hardware": "; ".join(hardware) or None, "stages": stages}
+
+
 def _version(dist: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -264,7 +311,7 @@ def export_run(
         model = module.model
         model.save_pretrained(out)  # with tokenizer.json for a translation model
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        facts = training_facts(ckpt, ckpt_path)
+        facts = _with_earlier_stages(training_facts(ckpt, ckpt_path), recipe=str(recipe))
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
             facts["lineage"]["data"] = _data_checksum_of(model.config.max_seq_len, facts["data"])
