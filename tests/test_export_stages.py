@@ -65,3 +65,63 @@ def test_a_fine_tune_of_a_published_checkpoint_is_not_a_stage():
     facts = {"optimizer_steps": 7, "tokens": 10, "wall_time_s": 1.0,
              "lineage": {"parent": "transformer_lm_small.pg19mini"}}  # fmt: skip
     assert _with_earlier_stages(dict(facts), recipe="r.yaml") == facts
+
+
+def _previous(folder: Path, **facts) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "training.json").write_text(json.dumps(facts))
+    return folder
+
+
+def test_a_new_version_trained_on_from_the_previous_one_lists_both_stages(tmp_path):
+    previous = _previous(tmp_path / "checkpoints" / "m.pg19mini", optimizer_steps=2000,
+                         tokens=262_144_000, wall_time_s=376.6, hardware="GPU A",
+                         data={"seq_len": 8192, "batch_size": 16}, optimization={"lr": 1e-3})  # fmt: skip
+    facts = {"optimizer_steps": 1500, "tokens": 196_608_000, "wall_time_s": 248.9,
+             "hardware": "GPU B", "data": {"seq_len": 8192, "batch_size": 16},
+             "optimization": {"lr": 5e-4}, "lineage": {"parent": str(previous)}}  # fmt: skip
+    staged = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="stage2.yaml")
+    assert [st.get("checkpoint") for st in staged["stages"]] == ["m.pg19mini (previous version)", None]
+    assert [st["lr"] for st in staged["stages"]] == [1e-3, 5e-4]
+    assert (staged["optimizer_steps"], staged["tokens"], staged["wall_time_s"]) == (
+        3500, 458_752_000, 625.5)  # fmt: skip
+    assert staged["hardware"] == "GPU A; GPU B"
+    # another checkpoint's folder: a fine-tune into a new model, one stage
+    assert _with_earlier_stages(dict(facts), "other.pg19mini", recipe="r.yaml") == facts
+
+
+def test_training_facts_record_the_extra_training_sets():
+    from zoo.publishing.export import training_facts
+
+    data = {"dataset": "pg19mini", "extra_train": ["enwik8_prefix"]}
+    ckpt = {"global_step": 3, "hyper_parameters": {}, "datamodule_hyper_parameters": data}
+    assert training_facts(ckpt)["data"]["extra_train"] == ["enwik8_prefix"]
+    ckpt["datamodule_hyper_parameters"]["extra_train"] = []
+    assert "extra_train" not in training_facts(ckpt)["data"]
+
+
+def test_a_saved_model_without_golden_logits_gets_its_own_not_the_previous_versions(tmp_path):
+    """Re-publishing a checkpoint from a save_pretrained folder (a GPU run's export, its golden
+    logits dropped to be recorded here) must not keep the previous version's golden.json."""
+    from zoo.golden import verify
+
+    metric = Metric("bits_per_byte", 8.0, "pg19mini", "test", None, 547, "32-true", context=64)
+    kwargs = {"name": "transformer_lm_tiny.pg19mini", "recipe": RECIPE, "metrics": [metric]}
+    previous = export_run(fake_run(tmp_path / "v1", seed=1), tmp_path / "published", **kwargs)
+    saved = export_run(fake_run(tmp_path / "v2", seed=2), tmp_path / "saved", **kwargs)
+    (saved / "golden.json").unlink()
+    stale = (previous / "golden.json").read_text()
+    export_run(saved, previous, **kwargs)
+    assert (previous / "golden.json").read_text() != stale
+    assert verify(previous).identical  # the folder's model reproduces its golden logits
+
+
+def test_exporting_a_new_version_again_does_not_count_its_stage_twice(tmp_path):
+    previous = _previous(tmp_path / "m.pg19mini", optimizer_steps=20, tokens=200,
+                         wall_time_s=2.0, hardware="A", data={}, optimization={})  # fmt: skip
+    facts = {"optimizer_steps": 10, "tokens": 100, "wall_time_s": 1.0, "hardware": "B",
+             "data": {}, "optimization": {}, "lineage": {"parent": str(previous)}}  # fmt: skip
+    once = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
+    (previous / "training.json").write_text(json.dumps(once))  # the first export's output
+    twice = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
+    assert twice["stages"] == once["stages"] and twice["optimizer_steps"] == 30

@@ -158,7 +158,8 @@ def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) 
                 if "max_tokens" in dm
                 else ()
             )
-        },  # fmt: skip
+        }
+        | ({"extra_train": list(dm["extra_train"])} if dm.get("extra_train") else {}),  # fmt: skip
         "lineage": {
             "git_commits": summary.get("git_commits") or None,  # None: trained before recorded
             "data": summary.get("data"),
@@ -190,23 +191,66 @@ def _stage(facts: dict[str, Any], **source: str) -> dict[str, Any]:
     }
 
 
-def _with_earlier_stages(facts: dict[str, Any], **source: str) -> dict[str, Any]:
-    """``facts`` of a run that started from another run's Lightning checkpoint (``init_from`` a run
-    directory or ``.ckpt``: a later training stage, e.g. 200 steps on 4,096-byte windows after
-    3,640 on 1,024) with ``stages``, the earlier runs first (each named by its run directory)
+def _previous_version(parent: str | None, name: str | None) -> dict[str, Any] | None:
+    """The ``training.json`` facts of the published ``name`` that a run was trained on from, when
+    ``parent`` (its ``init_from``) is that checkpoint: its name, or its folder (whose name is
+    ``name``). Such a run is the checkpoint's next version, trained on from the previous one (the
+    GPU model's second stage), not a fine-tune into another model. ``None`` otherwise."""
+    if not parent or not name:
+        return None
+    from zoo.pretrained import explicit_path
+
+    folder = explicit_path(parent)
+    if folder is None:
+        if parent != name:
+            return None
+        folder = load_registry().shipped_dir / name
+    facts = folder / "training.json"
+    if folder.name != name or not facts.is_file():
+        return None
+    return json.loads(facts.read_text())
+
+
+def _with_earlier_stages(
+    facts: dict[str, Any], name: str | None = None, **source: str
+) -> dict[str, Any]:
+    """``facts`` of a run that continued an earlier one, with ``stages``, the earlier runs first
     and this one last (named by ``source``: ``recipe=...``), and the totals of all stages:
-    optimizer steps, tokens, wall time. A run from a published checkpoint or a
-    ``save_pretrained`` folder is a fine-tune, not a stage: its facts stay its own, with the
-    parent in the lineage."""
+    optimizer steps, tokens, wall time. Two kinds of run continue an earlier one:
+
+    - ``init_from`` a run directory or ``.ckpt``: a later training stage (e.g. 200 steps on
+      4,096-byte windows after 3,640 on 1,024); each earlier stage is named by its run directory;
+    - ``init_from`` the published checkpoint ``name`` itself (its name or folder): its next
+      version, trained on from the previous one; the earlier stages are the previous version's
+      (its own ``stages``, or itself, named by its registered recipe).
+
+    A run from another published checkpoint or ``save_pretrained`` folder is a fine-tune into
+    another model, not a stage: its facts stay its own, with the parent in the lineage. Facts that
+    already hold ``stages`` are returned as they are; exporting a version again over its own folder
+    does not count its stage twice."""
     from zoo.pretrained import find_checkpoint
 
+    if facts.get("stages"):
+        return facts
     parent = (facts.get("lineage") or {}).get("parent")
     ckpt = find_checkpoint(parent) if parent else None
-    if ckpt is None:
-        return facts
-    earlier = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
-    first = _with_earlier_stages(training_facts(earlier, ckpt), run=str(parent))
-    stages = [*(first.get("stages") or [_stage(first, run=str(parent))]), _stage(facts, **source)]
+    if ckpt is not None:
+        earlier = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        first = _with_earlier_stages(training_facts(earlier, ckpt), run=str(parent))
+        first_source: dict[str, str] = {"run": str(parent)}
+    else:
+        first = _previous_version(parent, name)
+        if first is None:
+            return facts
+        entry = load_registry().entries.get(name)
+        first_source = {"checkpoint": f"{name} (previous version)"} | (
+            {"recipe": entry.recipe} if entry is not None and entry.recipe else {}
+        )
+    earlier = first.get("stages") or [_stage(first, **first_source)]
+    this = _stage(facts, **source)
+    if earlier[-1] == this:  # the folder is this version, exported before: export it again
+        earlier = earlier[:-1]
+    stages = [*earlier, this]
     steps, tokens, wall = (
         [st[k] for st in stages] for k in ("optimizer_steps", "tokens", "wall_time_s")
     )  # fmt: skip
@@ -301,7 +345,9 @@ def export_run(
         for f in ("config.json", "model.safetensors", MANIFEST_NAME, GOLDEN_NAME):
             if (saved / f).is_file() and (saved / f).resolve() != (out / f).resolve():
                 shutil.copyfile(saved / f, out / f)
-        facts = json.loads((saved / "training.json").read_text())
+        facts = _with_earlier_stages(
+            json.loads((saved / "training.json").read_text()), name, recipe=str(recipe)
+        )  # read before this export writes training.json over a previous version's
         if not (facts.get("lineage") or {}).get("data"):  # exported before it was recorded
             data = _data_checksum_of(model.config.max_seq_len, facts.get("data", {}))
             if data is not None:
@@ -311,11 +357,13 @@ def export_run(
         model = module.model
         model.save_pretrained(out)  # with tokenizer.json for a translation model
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        facts = _with_earlier_stages(training_facts(ckpt, ckpt_path), recipe=str(recipe))
+        facts = _with_earlier_stages(
+            training_facts(ckpt, ckpt_path), name, recipe=str(recipe)
+        )
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
             facts["lineage"]["data"] = _data_checksum_of(model.config.max_seq_len, facts["data"])
-    if ckpt_path is not None or not (out / GOLDEN_NAME).is_file():  # a saved model keeps its own
+    if ckpt_path is not None or not (saved / GOLDEN_NAME).is_file():  # a saved model keeps its own
         record_golden(model, out)
     if Path(recipe).resolve() != (out / "recipe.yaml").resolve():
         shutil.copyfile(recipe, out / "recipe.yaml")
