@@ -259,6 +259,10 @@ def plot_position_profiles(
     ax.set_ylabel("bits per byte")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(profiles) > 4:  # beside the axes: inside, many curves leave it no free corner
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
