@@ -4,12 +4,15 @@
     python -m benchmarks.train_throughput sparse_transformer_strided_8k:16x8192 --paths kernels torch
     python -m benchmarks.train_throughput --compare-with /tmp/old   # and the same rows on that code
     python -m benchmarks.train_throughput --together --rounds 3 --precision bf16   # on a noisy CPU
+    python -m benchmarks.train_throughput --together --rounds 3 --text pg19mini \
+        routing_transformer_small.pg19mini:2x4096 ...   # published models, on real text
 
 (from the repository root; the benchmark is not part of the wheel)
 
 A row is a model ``PRESET[:BATCHxLENGTH]`` (the shape defaults to ``--batches``), a precision, a
 kernel path and the code it runs. Each step is a forward pass, the byte-level cross-entropy, a
-backward pass and an AdamW update (fused on CUDA) on random bytes. Two warm-up steps (Triton
+backward pass and an AdamW update (fused on CUDA) on random bytes, or with ``--text DATASET`` on
+windows of real text. Two warm-up steps (Triton
 compiles then), then ``--steps`` timed steps; a row's time is its median step. Each row trains in
 a fresh process, or with ``--together`` all rows of a checkout share one process and take turns
 step by step, so a slow spell of a noisy machine falls on every row alike (the better way to
@@ -70,20 +73,53 @@ def parse_preset(text: str, default: tuple[int, int]) -> tuple[str, int, int]:
     return (name, *(parse_batch(shape) if shape else default))
 
 
+def _training_bytes(dataset: str) -> torch.Tensor:
+    """The training split of a byte-level data set (``$ZOO_DATA_DIR``), its documents joined:
+    ``(N,)`` int64."""
+    from zoo.data.text import load_byte_corpus
+
+    docs = load_byte_corpus(dataset, data_dir=os.environ.get("ZOO_DATA_DIR"), splits=["train"])
+    return torch.frombuffer(bytearray(b"".join(docs["train"])), dtype=torch.uint8).long()
+
+
 def trainer(row: dict, device: str):
-    """``row``'s model and a function that runs one training step on random bytes."""
+    """``row``'s model and a function that runs one training step: on random bytes (the same
+    batch every step), or with ``row["text"]`` on a new batch of windows of that data set's
+    training split each step (seeded, the same for every row), the next byte as the target.
+
+    ``row["preset"]`` is a preset (a freshly initialised model, ``row["config"]`` applied) or a
+    published checkpoint's name with a dot (its configuration and weights: a model already trained,
+    whose routing clusters, say, are those training met)."""
     import zoo
 
     torch.manual_seed(0)
-    model = zoo.create_model(row["preset"], **row["config"]).to(device).train()
+    if "." in row["preset"]:
+        model = zoo.from_pretrained(row["preset"], dtype=torch.float32)
+    else:
+        model = zoo.create_model(row["preset"], **row["config"])
+    model = model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=device == "cuda")
-    x = torch.randint(0, model.config.vocab_size, (row["batch"], row["length"]), device=device)
+    shape = (row["batch"], row["length"])
+    if row.get("text"):
+        data = _training_bytes(row["text"])
+        g = torch.Generator().manual_seed(0)
+
+        def batch() -> tuple[torch.Tensor, torch.Tensor]:
+            start = torch.randint(len(data) - row["length"] - 1, (row["batch"], 1), generator=g)
+            window = data[start + torch.arange(row["length"] + 1)].to(device)
+            return window[:, :-1], window[:, 1:]
+    else:
+        x = torch.randint(0, model.config.vocab_size, shape, device=device)
+
+        def batch() -> tuple[torch.Tensor, torch.Tensor]:
+            return x, x
 
     def step() -> None:
+        x, y = batch()
         with torch.autocast(device, torch.bfloat16, enabled=row["precision"] == "bf16"):
             out = model(x)
             logits = getattr(out, "logits", out)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), x.flatten())
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -226,6 +262,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=None)
     p.add_argument("--paths", nargs="+", choices=["kernels", "torch"], default=["kernels", "torch"])
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--text", metavar="DATASET",
+                   help="train on windows of this byte-level data set (e.g. pg19mini, from "
+                        "$ZOO_DATA_DIR), a new batch each step; default: random bytes")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="runs of every row, taking turns")
     p.add_argument("--together", action="store_true",
                    help="all rows of a checkout in one process, taking turns step by step")  # fmt: skip
@@ -254,6 +293,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "precision": prec,
             "path": path,
             "config": args.config,
+            "text": args.text,
             "code": labels[code],
             "_code": code,
         }  # fmt: skip

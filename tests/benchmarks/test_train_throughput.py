@@ -111,3 +111,20 @@ def test_a_failed_round_is_the_rows_result(monkeypatch):
 def test_rounds_below_one_are_refused():
     with pytest.raises(SystemExit):
         throughput.main(["a:1x8", "--rounds", "0"])
+
+
+def test_text_rows_train_on_a_new_window_of_the_data_each_step():
+    """--text: every step is a new batch of real training windows; a published name is trained
+    from its own configuration and weights."""
+    row = {"preset": "transformer_lm_small.pg19mini", "batch": 2, "length": 16,
+           "precision": "fp32", "path": "kernels", "config": {}, "text": "tinyshakespeare"}  # fmt: skip
+    model, step = throughput.trainer(row, "cpu")
+    assert model.config.max_seq_len == 256  # the published model's configuration
+    seen, forward = [], model.forward
+    model.forward = lambda x, *a, **k: seen.append(x.clone()) or forward(x, *a, **k)
+    step()
+    step()
+    first, second = seen
+    assert first.shape == (2, 16) and not torch.equal(first, second)
+    text = throughput._training_bytes("tinyshakespeare").tolist()
+    assert any(text[i : i + 16] == first[0].tolist() for i in range(len(text) - 16))  # real text
