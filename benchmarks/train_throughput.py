@@ -73,19 +73,22 @@ def parse_preset(text: str, default: tuple[int, int]) -> tuple[str, int, int]:
     return (name, *(parse_batch(shape) if shape else default))
 
 
-def _training_bytes(dataset: str) -> torch.Tensor:
-    """The training split of a byte-level data set (``$ZOO_DATA_DIR``), its documents joined:
-    ``(N,)`` int64."""
-    from zoo.data.text import load_byte_corpus
+def _text_batches(dataset: str, batch: int, length: int):
+    """Endless training batches ``(x, y)`` of ``batch`` windows of ``length`` bytes, drawn as
+    ``zoo fit`` draws them: :class:`zoo.data.ByteTextDataModule`'s training loader (seed 0)."""
+    from zoo.data import ByteTextDataModule
 
-    docs = load_byte_corpus(dataset, data_dir=os.environ.get("ZOO_DATA_DIR"), splits=["train"])
-    return torch.frombuffer(bytearray(b"".join(docs["train"])), dtype=torch.uint8).long()
+    dm = ByteTextDataModule(dataset=dataset, seq_len=length, batch_size=batch)
+    dm.setup("fit")
+    while True:
+        yield from dm.train_dataloader()
 
 
 def trainer(row: dict, device: str):
     """``row``'s model and a function that runs one training step: on random bytes (the same
-    batch every step), or with ``row["text"]`` on a new batch of windows of that data set's
-    training split each step (seeded, the same for every row), the next byte as the target.
+    batch every step), or with ``row["text"]`` on a new batch of that data set's training windows
+    each step, drawn as ``zoo fit`` draws them (seed 0, the same for every row), the next byte as
+    the target.
 
     ``row["preset"]`` is a preset (a freshly initialised model, ``row["config"]`` applied) or a
     published checkpoint's name with a dot (its configuration and weights: a model already trained,
@@ -99,16 +102,14 @@ def trainer(row: dict, device: str):
         model = zoo.create_model(row["preset"], **row["config"])
     model = model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=device == "cuda")
-    shape = (row["batch"], row["length"])
     if row.get("text"):
-        data = _training_bytes(row["text"])
-        g = torch.Generator().manual_seed(0)
+        batches = _text_batches(row["text"], row["batch"], row["length"])
 
         def batch() -> tuple[torch.Tensor, torch.Tensor]:
-            start = torch.randint(len(data) - row["length"] - 1, (row["batch"], 1), generator=g)
-            window = data[start + torch.arange(row["length"] + 1)].to(device)
-            return window[:, :-1], window[:, 1:]
+            x, y = next(batches)
+            return x.to(device), y.to(device)
     else:
+        shape = (row["batch"], row["length"])
         x = torch.randint(0, model.config.vocab_size, shape, device=device)
 
         def batch() -> tuple[torch.Tensor, torch.Tensor]:
