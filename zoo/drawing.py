@@ -4,6 +4,8 @@
 - :func:`draw_patterns_on_image`: which pixels of an image one pixel attends to, per pattern;
 - :func:`plot_position_profiles`: bits per byte by position in the window (``zoo evaluate
   --by-position``);
+- :func:`plot_context_profiles`: bits per byte of the same bytes against context length (``zoo
+  evaluate --by-context``);
 - :func:`draw_attention_maps`: source x target attention maps, side by side (the lecture's slides
   draw them this way; ``zoo translate --attention-map``).
 
@@ -26,6 +28,7 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
+    from zoo.by_context import ContextProfile
     from zoo.evaluation import PositionProfile
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "draw_attention_maps",
     "draw_pattern",
     "draw_patterns_on_image",
+    "plot_context_profiles",
     "plot_position_profiles",
 ]
 
@@ -260,6 +264,53 @@ def plot_position_profiles(
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     if len(profiles) > 4:  # beside the axes: inside, many curves leave it no free corner
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
+    else:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_context_profiles(
+    profiles: Sequence[tuple[str, ContextProfile]],
+    path: str | os.PathLike,
+    *,
+    title: str | None = None,
+) -> Path:
+    """A PNG of bits per byte on the same target bytes against the context length (log x axis),
+    one line per ``(label, profile)``, with ± one standard error of each point's gain over the
+    profile's largest context as error bars; contexts past a profile's trained length are drawn
+    hollow (extrapolation). Returns the path written.
+
+    Raises:
+        ConfigError: no profiles.
+    """
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    if not profiles:
+        raise ConfigError("plot_context_profiles needs at least one (label, profile)")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, p in profiles:
+        drawn = ax.errorbar(p.contexts, p.bits, yerr=p.gain_se, marker="o", markersize=4,
+                            capsize=2, label=label)  # fmt: skip
+        colour = drawn.lines[0].get_color()
+        for i, c in enumerate(p.contexts):
+            if p.extrapolated(i):
+                ax.plot([c], [p.bits[i]], marker="o", markersize=7, markerfacecolor="white",
+                        color=colour)  # fmt: skip
+    if title is None:
+        first = profiles[0][1]
+        what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
+        title = f"{what} on {first.dataset} {first.split}: the same {first.targets:,} bytes at each context"
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    ax.set_xlabel("context: bytes the model is given (window length)")
+    ax.set_ylabel("bits per byte")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    if len(profiles) > 4:  # beside the axes, as in plot_position_profiles
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
     else:

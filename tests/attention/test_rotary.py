@@ -26,6 +26,27 @@ def test_rotation_keeps_norms_and_position_zero_is_identity():
     torch.testing.assert_close(rope(x)[..., 0, :], x[..., 0, :])
 
 
+def test_each_channel_pair_turns_by_its_position_times_its_frequency():
+    """RoFormer §3.4 with the rotate-half pairing: channels (i, i + D/2) at position m turn by
+    m * base^(-2i/D); queries and keys alike; a bf16 input is turned in fp32 and rounded once."""
+    torch.manual_seed(0)
+    D, T, start = 8, 5, 3
+    rope = RotaryEmbedding(D)
+    x = torch.randn(2, 4, T, D)
+    m = torch.arange(start, start + T, dtype=torch.float64)[:, None]
+    theta = m * 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (T, D/2)
+    x1, x2 = x.double()[..., : D // 2], x.double()[..., D // 2 :]
+    expected = torch.cat(
+        [x1 * theta.cos() - x2 * theta.sin(), x1 * theta.sin() + x2 * theta.cos()], -1
+    )
+    torch.testing.assert_close(rope(x, start).double(), expected, rtol=1e-5, atol=1e-5)
+    q, k = rope.rotate(x, x.flip(0), start)
+    assert torch.equal(q, rope(x, start)) and torch.equal(k, rope(x.flip(0), start))
+    low = rope(x.bfloat16(), start)
+    assert low.dtype == torch.bfloat16
+    assert torch.equal(low, rope(x.bfloat16().float(), start).bfloat16())
+
+
 def test_odd_head_dimension_is_refused():
     with pytest.raises(ValueError, match="even head dimension"):
         RotaryEmbedding(7)

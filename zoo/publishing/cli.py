@@ -5,6 +5,8 @@ zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--contex
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
 zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR]
+zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] [--blocks N]
+             [--out-dir DIR]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
            [--samples PNG] [--bench DIR]
@@ -205,10 +207,38 @@ def evaluate_main(args: list[str]) -> None:
     by.add_argument("--stride", type=int, help="sliding windows, one every STRIDE bytes, each "
                     "scoring its last STRIDE bytes: every byte gets >= context - STRIDE bytes "
                     "of context (default: non-overlapping windows)")  # fmt: skip
-    by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised>")
+    by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised> (by_context/... "
+                    "with --by-context)")  # fmt: skip
+    ctx = parser.add_argument_group("bits per byte of the same bytes by context length")
+    ctx.add_argument("--by-context", type=int, nargs="*", metavar="C",
+                     help="score the same target bytes with windows of C bytes for each C "
+                     "(default 64, 128, ... up to max_seq_len): by_context.md / .json / .png in "
+                     "--out-dir")  # fmt: skip
+    ctx.add_argument("--target-len", type=int, default=256,
+                     help="target bytes per block (default 256)")  # fmt: skip
+    ctx.add_argument("--block-spacing", type=int, metavar="S",
+                     help="one target block at the end of every S-byte window (default: the "
+                     "largest C, more if --target-len is over half of it); the same S scores models of different contexts on the same "
+                     "bytes")  # fmt: skip
+    ctx.add_argument("--blocks", type=int, help="only the first N target blocks")
     ns = parser.parse_args(args)
+    by_context = ns.by_context is not None
+    if by_context and (ns.by_position or ns.registered or ns.out or ns.precision != "32-true"
+                       or ns.windows is not None or ns.first_bytes is not None
+                       or ns.context is not None or ns.stride is not None):  # fmt: skip
+        parser.error(
+            "--by-context measures in fp32 and writes its own files (--out-dir): not with "
+            "--by-position, --context, --stride, --registered, --out, --precision, --windows or "
+            "--first-bytes (use --blocks)"
+        )
+    if not by_context and (
+        ns.target_len != 256 or ns.blocks is not None or ns.block_spacing is not None
+    ):
+        parser.error("--target-len, --block-spacing and --blocks go with --by-context")
     if not ns.by_position and (
-        ns.context is not None or ns.out_dir is not None or ns.stride is not None
+        ns.context is not None
+        or (ns.out_dir is not None and not by_context)
+        or ns.stride is not None
     ):
         parser.error("--context, --stride and --out-dir go with --by-position")
     if ns.by_position and (ns.registered or ns.out or ns.precision != "32-true"):
@@ -221,6 +251,9 @@ def evaluate_main(args: list[str]) -> None:
     ns.dataset = ns.dataset or _dataset_of(ns.source)
     if ns.by_position:
         _by_position(ns)
+        return
+    if by_context:
+        _by_context(ns)
         return
     decoding = {k: v for k, v in (("search", ns.decoding), ("beam_size", ns.beam_size),
                                   ("alpha", ns.alpha)) if v is not None} or None  # fmt: skip
@@ -321,6 +354,37 @@ def _by_position(ns: argparse.Namespace) -> None:
         )
     out = ns.out_dir or str(Path("by_position") / _sanitised(ns.source))
     paths = save_position_profile(profile, out)
+    print(f"wrote {', '.join(str(path) for path in paths)}")
+
+
+def _by_context(ns: argparse.Namespace) -> None:
+    """``zoo evaluate SOURCE --by-context [C ...]``: measure, print the table, write the files."""
+    import torch
+
+    from zoo.by_context import bits_by_context, save_context_profile
+
+    p = bits_by_context(ns.source, contexts=ns.by_context or None, dataset=ns.dataset,
+                        split=ns.split, target_len=ns.target_len, blocks=ns.blocks,
+                        block_spacing=ns.block_spacing,
+                        data_dir=ns.data_dir,
+                        device="cuda" if torch.cuda.is_available() else "cpu")  # fmt: skip
+    table = Table(
+        title=f"{ns.source}: bits per byte of the same {p.targets:,} bytes ({p.dataset} "
+        f"{p.split}, {p.blocks:,} blocks of {p.target_len}) by context length"
+    )
+    for col in ("context", "fewest bytes", "bits/byte", f"gain of {p.contexts[-1]:,} ± s.e."):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, c in enumerate(p.contexts):
+        last = i == len(p.contexts) - 1
+        table.add_row(
+            f"{c:,}" + (" [yellow](extrapolated)[/yellow]" if p.extrapolated(i) else ""),
+            f"{p.min_context[i]:,}",
+            f"{p.bits[i]:.4f}",
+            "–" if last else f"{p.gain[i]:+.4f} ± {p.gain_se[i]:.4f}",
+        )
+    _console().print(table)
+    out = ns.out_dir or str(Path("by_context") / _sanitised(ns.source))
+    paths = save_context_profile(p, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")
 
 
