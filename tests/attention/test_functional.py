@@ -6,7 +6,8 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.attention import MultiHeadAttention
-from zoo.attention.functional import masked_attention
+from zoo.attention.functional import attend, masked_attention
+from zoo.attention.patterns import causal
 from zoo.attention.relative import RelativePositions
 from zoo.errors import ConfigError
 
@@ -93,3 +94,18 @@ def test_transformer_seq2seq_with_entmax15_attention():
         zoo.create_model("transformer_tiny", attention_mapping="csoftmax")
     with pytest.raises(ConfigError, match="attention_dropout applies to softmax attention only"):
         zoo.create_model("transformer_tiny", attention_mapping="entmax15", attention_dropout=0.1)
+
+
+@pytest.mark.parametrize("d_head, fp32", [(32, True), (64, False)])
+def test_dense_causal_attention_on_a_cpu_runs_small_heads_in_fp32(d_head, fp32):
+    """Under bf16 autocast on a CPU, heads of 32 or less go to the fused kernel in fp32 (faster
+    there: zoo.kernels.sdpa) and come back in bf16; wider heads stay in autocast's bf16."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, d_head).bfloat16() for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attend(q, k, v, causal())
+    wide = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    low = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, wide.bfloat16() if fp32 else low)
+    assert not torch.equal(wide.bfloat16(), low)  # the two precisions are told apart

@@ -313,6 +313,8 @@ def dense_attention(
     """SDPA over every key (``causal``: keys ``j <= past + i``), padding masked; rows with no
     visible key give zeros (SDPA would give NaN)."""
     if causal and not past and key_padding_mask is None:
+        if q.device.type == "cpu" and q.shape[-1] <= 32:  # fp32 is faster there: zoo.kernels.sdpa
+            return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     T, S = q.shape[2], k.shape[2]
     mask = None
