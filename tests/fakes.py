@@ -1,9 +1,11 @@
-"""Stand-ins shared by the tests: a run directory as `zoo fit` leaves it; a recipe script as a module."""
+"""Stand-ins shared by the tests: a run directory as `zoo fit` leaves it; a recipe script as a module;
+a data directory whose pg19mini test books are short word salads."""
 
 import importlib.util
 from pathlib import Path
 
 import lightning
+import numpy as np
 import torch
 
 from zoo.tasks import CausalLM
@@ -54,3 +56,21 @@ def recipe_module(path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def word_salad(n: int, seed: int) -> bytes:
+    """``n`` bytes of common English words in a random order (seeded)."""
+    words = b"the of and a to in was he that it his her with as had for you on she be at by".split()
+    rng = np.random.default_rng(seed)
+    return b" ".join(words[i] for i in rng.integers(0, len(words), n))[:n]
+
+
+def pg19mini_test_books(root: Path, sizes: tuple[int, int, int]) -> Path:
+    """``root`` as a data directory whose pg19mini test split is three books of ``sizes`` bytes
+    (found before $ZOO_DATA_DIR when passed as ``data_dir``); returns ``root``."""
+    from zoo.data.text import PG19MINI_TEST
+
+    (root / "pg19mini").mkdir(parents=True)
+    for seed, (ebook, size) in enumerate(zip(PG19MINI_TEST, sizes, strict=True)):
+        (root / "pg19mini" / f"{ebook}.txt").write_bytes(word_salad(size, seed))
+    return root

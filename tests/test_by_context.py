@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fakes import pg19mini_test_books
 
 import zoo
 from zoo.by_context import (
@@ -21,26 +22,15 @@ from zoo.by_context import (
 )
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
-from zoo.data.text import PG19MINI_TEST
 from zoo.errors import CheckpointError, ConfigError
 
 BOOK_SIZES = (600, 400, 50)  # blocks every 64 bytes: 9 + 6 + 0
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _text(n: int, seed: int) -> bytes:
-    words = b"the of and a to in was he that it his her with as had for you on she be at by".split()
-    rng = np.random.default_rng(seed)
-    return b" ".join(words[i] for i in rng.integers(0, len(words), n))[:n]
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    (root / "pg19mini").mkdir()
-    for seed, (ebook, size) in enumerate(zip(PG19MINI_TEST, BOOK_SIZES, strict=True)):
-        (root / "pg19mini" / f"{ebook}.txt").write_bytes(_text(size, seed))
-    return root
+    return pg19mini_test_books(tmp_path_factory.mktemp("data"), BOOK_SIZES)
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from fakes import fake_run
+from fakes import fake_run, pg19mini_test_books, word_salad
 
 import zoo
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
-from zoo.data.text import PG19MINI_TEST, EvalWindows
+from zoo.data.text import EvalWindows
 from zoo.drawing import plot_position_profiles
 from zoo.errors import CheckpointError, ConfigError
 from zoo.evaluation import (
@@ -37,20 +37,10 @@ BOOK_SIZES = (300, 200, 50)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _text(n: int, seed: int) -> bytes:
-    words = b"the of and a to in was he that it his her with as had for you on she be at by".split()
-    rng = np.random.default_rng(seed)
-    return b" ".join(words[i] for i in rng.integers(0, len(words), n))[:n]
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A data directory whose pg19mini test split is three short books (found before $ZOO_DATA_DIR)."""
-    root = tmp_path_factory.mktemp("data")
-    (root / "pg19mini").mkdir()
-    for seed, (ebook, size) in enumerate(zip(PG19MINI_TEST, BOOK_SIZES, strict=True)):
-        (root / "pg19mini" / f"{ebook}.txt").write_bytes(_text(size, seed))
-    return root
+    return pg19mini_test_books(tmp_path_factory.mktemp("data"), BOOK_SIZES)
 
 
 def _save(tmp: Path, name: str, **overrides) -> str:
@@ -144,7 +134,7 @@ def test_sliding_evaluation_is_the_nll_with_the_longer_context(models, corpus):
     model = zoo.from_pretrained(models["rotary"]).eval()
     total = 0.0
     for seed, n in enumerate(BOOK_SIZES):
-        book = torch.tensor(list(_text(n, seed)))
+        book = torch.tensor(list(word_salad(n, seed)))
         for t in range(n - 1):  # target t + 1, from the window holding it
             start = 0 if t < T else ((t - T) // stride + 1) * stride
             with torch.no_grad():

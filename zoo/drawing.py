@@ -235,8 +235,6 @@ def plot_position_profiles(
         ConfigError: no profiles.
     """
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
-
     if not profiles:
         raise ConfigError("plot_position_profiles needs at least one (label, profile)")
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -257,19 +255,9 @@ def plot_position_profiles(
         first = profiles[0][1]
         what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
         title = f"bits per byte by position: {what} on {first.dataset} {first.split}"
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
-    ax.set_xlabel("position of the predicted byte in the window (bucket centre)")
-    ax.set_ylabel("bits per byte")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    if len(profiles) > 4:  # beside the axes: inside, many curves leave it no free corner
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
-    else:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_bits_plot(
+        fig, ax, path, title, "position of the predicted byte in the window (bucket centre)"
+    )
 
 
 def plot_context_profiles(
@@ -287,8 +275,6 @@ def plot_context_profiles(
         ConfigError: no profiles.
     """
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
-
     if not profiles:
         raise ConfigError("plot_context_profiles needs at least one (label, profile)")
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -304,13 +290,23 @@ def plot_context_profiles(
         first = profiles[0][1]
         what = first.source if len(profiles) == 1 else f"{len(profiles)} models"
         title = f"{what} on {first.dataset} {first.split}: the same {first.targets:,} bytes at each context"
+    return _finish_bits_plot(
+        fig, ax, path, title, "context: bytes the model is given (window length)"
+    )
+
+
+def _finish_bits_plot(fig, ax, path: str | os.PathLike, title: str, xlabel: str) -> Path:
+    """Bits per byte against a length on a log-2 x axis: labels, grid, legend (beside the axes
+    when more than 4 curves leave it no free corner inside), saved to ``path``."""
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
-    ax.set_xlabel("context: bytes the model is given (window length)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("bits per byte")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    if len(profiles) > 4:  # beside the axes, as in plot_position_profiles
+    if len(ax.get_legend_handles_labels()[1]) > 4:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
     else:

@@ -218,8 +218,8 @@ def evaluate_main(args: list[str]) -> None:
                      help="target bytes per block (default 256)")  # fmt: skip
     ctx.add_argument("--block-spacing", type=int, metavar="S",
                      help="one target block at the end of every S-byte window (default: the "
-                     "largest C, more if --target-len is over half of it); the same S scores models of different contexts on the same "
-                     "bytes")  # fmt: skip
+                     "largest C, more if --target-len is over half of it); the same S scores "
+                     "models of different contexts on the same bytes")  # fmt: skip
     ctx.add_argument("--blocks", type=int, help="only the first N target blocks")
     ns = parser.parse_args(args)
     by_context = ns.by_context is not None
