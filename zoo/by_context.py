@@ -198,8 +198,9 @@ def bits_by_context(
 
     Raises:
         ConfigError: an unknown split, an image data set, a context below 2, ``target_len``
-            below 1, ``block_spacing`` below its minimum, a context past ``max_seq_len`` for a model whose
-            positions end there, or a split with no document longer than ``max(contexts)``;
+            below 1, ``block_spacing`` below its minimum, a context past ``max_seq_len`` for a
+            model whose positions end there, or a split with no document longer than
+            ``block_spacing``;
             CheckpointError / HubError: the model cannot be loaded; DataNotFoundError: the data
             set is not found.
     """
