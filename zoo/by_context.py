@@ -126,7 +126,11 @@ def paired_difference(
         if not p.block_bits:
             raise ConfigError(f"{p.source}'s profile has no per-block bits: measure it again")
         rows.append(torch.tensor(p.block_bits[p.contexts.index(c)], dtype=torch.float64))
-    diff = rows[0] - rows[1]
+    return _mean_and_se(rows[0] - rows[1])
+
+
+def _mean_and_se(diff) -> tuple[float, float]:
+    """Mean of paired per-block differences ``(blocks,)`` and its standard error (NaN for one)."""
     se = float(diff.std() / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
     return float(diff.mean()), se
 
@@ -225,12 +229,12 @@ def bits_by_context(
             raise ConfigError(f"contexts must be 2 bytes or more, got {list(contexts)}")
     if blocks is not None and blocks < 1:
         raise ConfigError(f"blocks must be positive, got {blocks}")
+    if target_len < 1:
+        raise ConfigError(f"target_len must be positive, got {target_len}")
     model = load_task(source, CausalLM).model
     trained = model.config.max_seq_len
     contexts = contexts or default_contexts(trained)
     largest = contexts[-1]
-    if target_len < 1:
-        raise ConfigError(f"target_len must be positive, got {target_len}")
     # a block's first window at context c starts `c + target_len - stride` bytes before its end
     reach = max(c + target_len - min(target_len, c // 2) for c in contexts)
     spacing = block_spacing or reach
@@ -271,13 +275,7 @@ def bits_by_context(
                     nats[i, b] += nll[j, c - scored :].sum()
                 bar.advance(task)
     per_block = nats / target_len / math.log(2)  # (contexts, blocks) bits/byte
-    bits = per_block.mean(1)
-    diff = per_block - per_block[-1]
-    se = (
-        diff.std(1, unbiased=True) / math.sqrt(len(ends))
-        if len(ends) > 1
-        else diff[:, 0] * math.nan
-    )
+    gains = [_mean_and_se(row - per_block[-1]) for row in per_block]
     return ContextProfile(
         source=str(source),
         dataset=dataset,
@@ -285,9 +283,9 @@ def bits_by_context(
         max_seq_len=trained,
         contexts=contexts,
         min_context=tuple(c - stride + 1 for c, stride, _ in per_context),
-        bits=tuple(round(float(v), 5) for v in bits),
-        gain=tuple(round(float(v), 5) for v in diff.mean(1)),
-        gain_se=tuple(round(float(v), 5) for v in se),
+        bits=tuple(round(float(v), 5) for v in per_block.mean(1)),
+        gain=tuple(round(g, 5) for g, _ in gains),
+        gain_se=tuple(round(se, 5) for _, se in gains),
         target_len=target_len,
         block_spacing=spacing,
         blocks=len(ends),
