@@ -1,6 +1,7 @@
 """Bits per byte of the same bytes by context length (`zoo evaluate SOURCE --by-context`): every
 context scores the same target bytes, each from the window the docs promise; a model that cannot
-see past its receptive field gains exactly nothing from more context; errors, files and the CLI."""
+see past its receptive field gains exactly nothing from more context; errors, files, the CLI and
+the model card (`zoo export --by-context`)."""
 
 import math
 from pathlib import Path
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakes import pg19mini_test_books
+from fakes import fake_run, pg19mini_test_books
 
 import zoo
 from zoo.by_context import (
@@ -23,6 +24,10 @@ from zoo.by_context import (
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
 from zoo.errors import CheckpointError, ConfigError
+from zoo.hub import Metric
+from zoo.publishing import export_run, register
+
+REPO = Path(__file__).resolve().parents[1]
 
 BOOK_SIZES = (600, 400, 50)  # blocks every 64 bytes: 9 + 6 + 0
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -182,7 +187,11 @@ def test_cli_by_context_end_to_end(models, corpus, tmp_path, monkeypatch, capsys
     main(["evaluate", models["learned"], "--by-context", "--target-len", "16",
           "--data-dir", str(corpus)])  # fmt: skip
     folder = tmp_path / "by_context" / models["learned"].strip("/").replace("/", "_")
-    assert load_context_profile(folder).contexts == (64, 128)
+    default = load_context_profile(folder)
+    assert default.contexts == (64, 128)
+    assert default.command() == (f"zoo evaluate {models['learned']} --by-context --target-len 16 "
+                                 f"--block-spacing {default.block_spacing}")  # fmt: skip
+    assert p.command("NAME") == "zoo evaluate NAME --by-context 16 64 --target-len 16 --block-spacing 64"
 
 
 @pytest.mark.parametrize(
@@ -199,3 +208,38 @@ def test_cli_conflicts_are_one_line_errors(models, corpus, capsys, extra, messag
         main(["evaluate", models["learned"], "--data-dir", str(corpus), *extra])
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_model_card_shows_the_profile_and_publishes_its_files(registry, corpus, tmp_path):
+    name, recipe = "transformer_lm_tiny.pg19mini", "recipes/transformer_lm/pg19mini.yaml"
+    run = fake_run(tmp_path / "run")
+    metric = Metric("bits_per_byte", 8.0, "pg19mini", "test", None, 547, "32-true", context=128)
+    plain = export_run(run, tmp_path / "plain", name=name, recipe=REPO / recipe, metrics=[metric])
+    assert "by context" not in (plain / "README.md").read_text()
+    assert not (plain / "by_context.json").exists()
+
+    p = bits_by_context(run, contexts=(16, 64), target_len=16, data_dir=str(corpus),
+                        progress=False)  # fmt: skip
+    save_context_profile(p, run / "ctx")
+    folder = registry.shipped_dir / name
+    results = _results(tmp_path, metric)
+    main(["export", str(run), "--name", name, "--recipe", str(REPO / recipe), "--results",
+          str(results), "--out", str(folder), "--by-context", str(run / "ctx")])  # fmt: skip
+    card = (folder / "README.md").read_text()
+    assert "## Bits per byte by context length" in card
+    assert "![bits per byte of the same bytes by context length](by_context.png)" in card
+    assert f"| 16 | 9 | {p.bits[0]:.4f} |" in card
+    assert f"`zoo evaluate {name} --by-context 16 64 --target-len 16 --block-spacing 64`" in card
+    assert load_context_profile(folder) == p
+    entry = register(folder, name=name, recipe=recipe, metrics=[metric])
+    assert {"by_context.md", "by_context.json", "by_context.png"} <= set(entry.files)
+    with pytest.raises(CheckpointError, match="none of .*--by-context --out-dir"):
+        export_run(run, tmp_path / "x", name=name, recipe=REPO / recipe, metrics=[metric],
+                   by_context=tmp_path / "empty")  # fmt: skip
+
+
+def _results(tmp_path: Path, metric: Metric) -> Path:
+    from zoo.evaluation import save_metric
+
+    save_metric(metric, tmp_path / "results.json")
+    return tmp_path / "results.json"

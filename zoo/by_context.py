@@ -95,6 +95,20 @@ class ContextProfile:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def command(self, source: str | None = None) -> str:
+        """The ``zoo evaluate`` command that measures this profile again for ``source`` (default
+        :attr:`source`): the same contexts, blocks and split, so the same bytes (``--blocks``,
+        if it was given, is not recorded)."""
+        args = [f"zoo evaluate {source or self.source} --by-context"]
+        if self.contexts != default_contexts(self.max_seq_len):
+            args.append(" ".join(str(c) for c in self.contexts))
+        if self.split != "test":
+            args.append(f"--split {self.split}")
+        if self.target_len != 256:
+            args.append(f"--target-len {self.target_len}")
+        args.append(f"--block-spacing {self.block_spacing}")
+        return " ".join(args)
+
 
 def paired_difference(
     a: ContextProfile, context_a: int, b: ContextProfile, context_b: int

@@ -144,6 +144,9 @@ def model_card(
     task: str = "causal_lm",
     by_position: str | None = None,
     by_position_plot: str | None = None,
+    by_context: str | None = None,
+    by_context_plot: str | None = None,
+    by_context_command: str | None = None,
     samples: list[str] = (),
     bench: str | None = None,
     bench_plot: str | None = None,
@@ -154,9 +157,11 @@ def model_card(
     model-index a slice of a split is named as such (``"test (slice: first 16 windows)"``), so it
     never reads as the split's score. ``by_position`` (the text of ``by_position.md``) and
     ``by_position_plot`` (the PNG's path relative to the card) add a section on bits per byte by
-    position; ``samples`` (PNG paths relative to the card) a section of samples; ``bench`` (the
-    text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on time and memory by
-    sequence length.
+    position; ``by_context`` and ``by_context_plot`` (``by_context.md`` and its PNG) a section on
+    bits per byte of the same bytes by context length, measured with ``by_context_command``;
+    ``samples`` (PNG paths relative to the card) a section of samples; ``bench`` (the text of
+    ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on time and memory by sequence
+    length.
     """
     from zoo.registry import get_preset
 
@@ -208,7 +213,9 @@ def model_card(
         f"{m.kind.unit}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
         for m in {m.name: m for m in metrics}.values()
     )
-    curve = _by_position_section(name, by_position, by_position_plot)
+    curve = _by_position_section(name, by_position, by_position_plot) + _by_context_section(
+        by_context_command or f"zoo evaluate {name} --by-context", by_context, by_context_plot
+    )
     structure = _structure_section(structure_of(config, facts))
     pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
     cfg = config["config"]
@@ -439,6 +446,24 @@ def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
     ]
     if plot is not None:
         parts.append(f"![bits per byte by position in the window]({plot})\n")
+    if table is not None:
+        parts.append(table.strip() + "\n")
+    return "\n".join(parts)
+
+
+def _by_context_section(command: str, table: str | None, plot: str | None) -> str:
+    if table is None and plot is None:
+        return ""
+    parts = [
+        "\n## Bits per byte by context length\n",
+        "Each bucket of the curve above holds other bytes of the books, so its level moves with the "
+        "text as well as with the context. Here one fixed set of bytes is scored again with windows "
+        "of each context length, so a difference between two rows is what the extra context is "
+        f"worth to the model. Measured with `{command}` (`by_context.json` "
+        "has every block's bits, for paired comparisons):\n",
+    ]
+    if plot is not None:
+        parts.append(f"![bits per byte of the same bytes by context length]({plot})\n")
     if table is not None:
         parts.append(table.strip() + "\n")
     return "\n".join(parts)

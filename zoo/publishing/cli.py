@@ -9,7 +9,7 @@ zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] 
              [--out-dir DIR]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
-           [--samples PNG] [--bench DIR]
+           [--by-context DIR] [--samples PNG] [--bench DIR]
 zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 """
 
@@ -412,6 +412,8 @@ def export_main(args: list[str]) -> None:
     parser.add_argument("--register", action="store_true", help="add the entry to checkpoints.yaml")
     parser.add_argument("--by-position", metavar="DIR", help="the folder of `zoo evaluate RUN "
                         "--by-position` (by_position.md/.json/.png): published, in the card")  # fmt: skip
+    parser.add_argument("--by-context", metavar="DIR", help="the folder of `zoo evaluate RUN "
+                        "--by-context` (by_context.md/.json/.png): published, in the card")  # fmt: skip
     parser.add_argument("--samples", metavar="PNG", help="an image model's `zoo sample --out PNG` "
                         "grid (and its _completions.png): published, in the card")  # fmt: skip
     parser.add_argument("--bench", metavar="DIR", help="the folder of `zoo bench NAME --out-dir "
@@ -427,6 +429,7 @@ def export_main(args: list[str]) -> None:
         metrics=metrics,
         repo_id=ns.repo_id,
         by_position=ns.by_position,
+        by_context=ns.by_context,
         samples=ns.samples,
         bench=ns.bench,
     )

@@ -57,6 +57,9 @@ PUBLISHED_FILES = (
     "by_position.md",  # optional: bits per byte by position in the window (zoo evaluate
     "by_position.json",  # --by-position), shown in the model card
     "by_position.png",
+    "by_context.md",  # optional: bits per byte of the same bytes by context length (zoo evaluate
+    "by_context.json",  # --by-context), shown in the model card
+    "by_context.png",
     "samples.png",  # optional: image models' samples and completions (zoo sample), in the card
     "samples_completions.png",
     "bench.md",  # optional: time and memory by sequence length on one machine (zoo bench),
@@ -285,6 +288,7 @@ def export_run(
     metrics: list[Metric],
     repo_id: str | None = None,
     by_position: str | os.PathLike | None = None,
+    by_context: str | os.PathLike | None = None,
     samples: str | os.PathLike | None = None,
     bench: str | os.PathLike | None = None,
 ) -> Path:
@@ -304,6 +308,8 @@ def export_run(
         by_position: a folder from ``zoo evaluate --by-position`` (``--out-dir``): its
             ``by_position.md`` / ``.json`` / ``.png`` are copied into ``out_dir``. The card shows
             the curve and table whenever ``out_dir`` has these files.
+        by_context: a folder from ``zoo evaluate --by-context`` (``--out-dir``): its
+            ``by_context.md`` / ``.json`` / ``.png`` are copied likewise and shown in the card.
         samples: an image model's sample grid from ``zoo sample --out PNG``: copied as
             ``samples.png``, with its ``<stem>_completions.png`` beside it when there is one.
         bench: a folder from ``zoo bench NAME --out-dir DIR``: its ``bench.md`` / ``.json`` /
@@ -313,9 +319,11 @@ def export_run(
 
     Raises:
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
-        ``training.json``, or ``by_position`` holds none of the files; ChecksumError: the saved
+        ``training.json``, ``by_position`` or ``by_context`` holds none of its files, or
+        ``bench`` has no ``bench.md``; ChecksumError: the saved
         model does not match its manifest; ConfigError: no recipe file.
     """
+    from zoo.by_context import BY_CONTEXT_FILES, load_context_profile
     from zoo.evaluation import BY_POSITION_FILES, find_checkpoint, load_task
 
     saved = Path(source)
@@ -371,15 +379,11 @@ def export_run(
     facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
     (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
     if by_position is not None:
-        found = [f for f in BY_POSITION_FILES if (Path(by_position) / f).is_file()]
-        if not found:
-            raise CheckpointError(
-                f"{by_position} has none of {list(BY_POSITION_FILES)}: write them with "
-                f"`zoo evaluate {source} --by-position --out-dir {by_position}`."
-            )
-        for f in found:
-            if (Path(by_position) / f).resolve() != (out / f).resolve():
-                shutil.copyfile(Path(by_position) / f, out / f)
+        _copy_measured(by_position, BY_POSITION_FILES, BY_POSITION_FILES, out,
+                       f"zoo evaluate {source} --by-position --out-dir {by_position}")  # fmt: skip
+    if by_context is not None:
+        _copy_measured(by_context, BY_CONTEXT_FILES, BY_CONTEXT_FILES, out,
+                       f"zoo evaluate {source} --by-context --out-dir {by_context}")  # fmt: skip
     if samples is not None:
         grid = Path(samples)
         if not grid.is_file():
@@ -391,15 +395,10 @@ def export_run(
             if src.is_file() and src.resolve() != (out / dst).resolve():
                 shutil.copyfile(src, out / dst)
     if bench is not None:
-        found = [f for f in BENCH_FILES if (Path(bench) / f).is_file()]
-        if "bench.md" not in found:
-            raise CheckpointError(
-                f"{bench} has no bench.md: write it with `zoo bench {name} --out-dir {bench}`."
-            )
-        for f in found:
-            if (Path(bench) / f).resolve() != (out / f).resolve():
-                shutil.copyfile(Path(bench) / f, out / f)
+        _copy_measured(bench, BENCH_FILES, ("bench.md",), out,
+                       f"zoo bench {name} --out-dir {bench}")  # fmt: skip
     md, png = out / "by_position.md", out / "by_position.png"
+    ctx_md, ctx_png = out / "by_context.md", out / "by_context.png"
     card = model_card(
         name,
         config,
@@ -409,12 +408,35 @@ def export_run(
         task=task_of(metrics),
         by_position=md.read_text() if md.is_file() else None,
         by_position_plot=png.name if png.is_file() else None,
+        by_context=ctx_md.read_text() if ctx_md.is_file() else None,
+        by_context_plot=ctx_png.name if ctx_png.is_file() else None,
+        by_context_command=(load_context_profile(out).command(name)
+                            if (out / "by_context.json").is_file() else None),  # fmt: skip
         samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
         bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
     )
     card.save(out / "README.md")
     return out
+
+
+def _copy_measured(
+    folder: str | os.PathLike, files: tuple[str, ...], needed: tuple[str, ...], out: Path, how: str
+) -> None:
+    """Copy those of ``files`` that ``folder`` holds into ``out``.
+
+    Raises:
+        CheckpointError: ``folder`` holds none of ``needed``; the message says how to write them
+        (the command ``how``).
+    """
+    found = [f for f in files if (Path(folder) / f).is_file()]
+    if not any(f in found for f in needed):
+        missing = f"no {needed[0]}" if len(needed) == 1 else f"none of {list(needed)}"
+        raise CheckpointError(f"{folder} has {missing}: write {'them' if len(needed) > 1 else 'it'} "
+                              f"with `{how}`.")  # fmt: skip
+    for f in found:
+        if (Path(folder) / f).resolve() != (out / f).resolve():
+            shutil.copyfile(Path(folder) / f, out / f)
 
 
 def refresh_card(name: str, registry: Registry | None = None) -> CheckpointEntry:
