@@ -17,6 +17,7 @@ from zoo.by_context import (
     bits_by_context,
     context_table,
     default_contexts,
+    gain_difference,
     load_context_profile,
     paired_difference,
     save_context_profile,
@@ -128,10 +129,17 @@ def test_paired_differences_between_contexts_and_between_models(models, corpus):
     diff, se = paired_difference(a, 64, b, 64)
     assert diff == pytest.approx(a.at(64) - b.at(64), abs=2e-5) and se > 0
     assert paired_difference(b, 64, b, 64) == (0.0, 0.0)
+    c = bits_by_context(models["local"], contexts=(16, 64, 128), **kwargs)
+    more, more_se = gain_difference(a, c, 16, 128)  # the gain from 16 to 128 bytes, a's minus c's
+    assert more == pytest.approx((a.at(16) - a.at(128)) - (c.at(16) - c.at(128)), abs=4e-5)
+    assert more_se > 0 and gain_difference(a, a, 16, 128) == (0.0, 0.0)
+    assert gain_difference(c, a, 16, 128)[0] == pytest.approx(-more)
     other = bits_by_context(models["learned"], contexts=(64,), target_len=16, data_dir=str(corpus),
                             progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="block_spacing 128 vs 64"):
         paired_difference(a, 64, other, 64)
+    with pytest.raises(ConfigError, match="block_spacing 128 vs 64"):
+        gain_difference(a, other, 16, 64)
     with pytest.raises(ConfigError, match="context 32 was not measured"):
         paired_difference(a, 32, b, 64)
 

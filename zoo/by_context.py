@@ -37,6 +37,7 @@ __all__ = [
     "bits_by_context",
     "context_table",
     "default_contexts",
+    "gain_difference",
     "load_context_profile",
     "paired_difference",
     "save_context_profile",
@@ -121,8 +122,27 @@ def paired_difference(
         ConfigError: a context was not measured, a profile has no per-block bits, or the two were
             not measured on the same bytes (data set, split, block spacing, target length, blocks).
     """
-    import torch
+    _check_same_bytes(a, b)
+    return _mean_and_se(_block_bits(a, context_a) - _block_bits(b, context_b))
 
+
+def gain_difference(
+    a: ContextProfile, b: ContextProfile, short: int, long: int
+) -> tuple[float, float]:
+    """How much more ``a`` gains than ``b`` from the bytes between ``short`` and ``long``: the
+    mean over the blocks of ``(a[short] - a[long]) - (b[short] - b[long])``, in bits per byte, and
+    its standard error (paired over blocks, so the difficulty of each block and each model's level
+    cancel). Positive: ``a`` uses that stretch of context more.
+
+    Raises:
+        ConfigError: as :func:`paired_difference`.
+    """
+    _check_same_bytes(a, b)
+    gain_a = _block_bits(a, short) - _block_bits(a, long)
+    return _mean_and_se(gain_a - (_block_bits(b, short) - _block_bits(b, long)))
+
+
+def _check_same_bytes(a: ContextProfile, b: ContextProfile) -> None:
     same = ("dataset", "split", "block_spacing", "target_len", "blocks")
     if any(getattr(a, f) != getattr(b, f) for f in same):
         raise ConfigError(
@@ -134,13 +154,16 @@ def paired_difference(
             )  # fmt: skip
             + "; measure them with the same --block-spacing and --target-len"
         )
-    rows = []
-    for p, c in ((a, context_a), (b, context_b)):
-        p.at(c)  # raises if not measured
-        if not p.block_bits:
-            raise ConfigError(f"{p.source}'s profile has no per-block bits: measure it again")
-        rows.append(torch.tensor(p.block_bits[p.contexts.index(c)], dtype=torch.float64))
-    return _mean_and_se(rows[0] - rows[1])
+
+
+def _block_bits(p: ContextProfile, context: int):
+    """Each block's bits per byte at ``context``, ``(blocks,)`` float64 (ConfigError if absent)."""
+    import torch
+
+    p.at(context)  # raises if not measured
+    if not p.block_bits:
+        raise ConfigError(f"{p.source}'s profile has no per-block bits: measure it again")
+    return torch.tensor(p.block_bits[p.contexts.index(context)], dtype=torch.float64)
 
 
 def _mean_and_se(diff) -> tuple[float, float]:
