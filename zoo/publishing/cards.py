@@ -436,34 +436,38 @@ def _training_windows(
 
 
 def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
-    if table is None and plot is None:
-        return ""
-    parts = [
-        "\n## Bits per byte by position\n",
+    return _curve_section(
+        "Bits per byte by position",
         "Does the model use its context? Bits per byte at each position of the evaluation "
         f"window, measured with `zoo evaluate {name} --by-position` (`by_position.json` has the "
-        "numbers):\n",
-    ]
-    if plot is not None:
-        parts.append(f"![bits per byte by position in the window]({plot})\n")
-    if table is not None:
-        parts.append(table.strip() + "\n")
-    return "\n".join(parts)
+        "numbers):",
+        "bits per byte by position in the window",
+        table,
+        plot,
+    )
 
 
 def _by_context_section(command: str, table: str | None, plot: str | None) -> str:
-    if table is None and plot is None:
-        return ""
-    parts = [
-        "\n## Bits per byte by context length\n",
+    return _curve_section(
+        "Bits per byte by context length",
         "Each bucket of the curve above holds other bytes of the books, so its level moves with the "
         "text as well as with the context. Here one fixed set of bytes is scored again with windows "
         "of each context length, so a difference between two rows is what the extra context is "
-        f"worth to the model. Measured with `{command}` (`by_context.json` "
-        "has every block's bits, for paired comparisons):\n",
-    ]
+        f"worth to the model. Measured with `{command}` (`by_context.json` has every block's bits, "
+        "for paired comparisons):",
+        "bits per byte of the same bytes by context length",
+        table,
+        plot,
+    )
+
+
+def _curve_section(heading: str, lead: str, alt: str, table: str | None, plot: str | None) -> str:
+    """A card section: heading, a lead paragraph, the plot (if any), the markdown table (if any)."""
+    if table is None and plot is None:
+        return ""
+    parts = [f"\n## {heading}\n", f"{lead}\n"]
     if plot is not None:
-        parts.append(f"![bits per byte of the same bytes by context length]({plot})\n")
+        parts.append(f"![{alt}]({plot})\n")
     if table is not None:
         parts.append(table.strip() + "\n")
     return "\n".join(parts)
