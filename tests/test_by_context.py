@@ -182,6 +182,12 @@ def test_files_are_written_and_read_back(models, corpus, tmp_path):
     assert "| 16 | 9 |" in paths[0].read_text()
     with pytest.raises(CheckpointError, match="--by-context"):
         load_context_profile(tmp_path / "missing")
+    (tmp_path / "bad.json").write_text('{"contexts": [16')
+    with pytest.raises(CheckpointError, match="not a by-context profile"):
+        load_context_profile(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"bits": [1.0]}')
+    with pytest.raises(CheckpointError, match="not a by-context profile"):
+        load_context_profile(tmp_path / "other.json")
 
 
 def test_cli_by_context_end_to_end(models, corpus, tmp_path, monkeypatch, capsys):

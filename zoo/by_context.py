@@ -394,7 +394,7 @@ def load_context_profile(path: str | os.PathLike) -> ContextProfile:
     folder).
 
     Raises:
-        CheckpointError: the file does not exist.
+        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
     """
     path = Path(path)
     if path.is_dir():
@@ -404,4 +404,9 @@ def load_context_profile(path: str | os.PathLike) -> ContextProfile:
     except FileNotFoundError:
         raise CheckpointError(
             f"{path} does not exist: measure it first (zoo evaluate SOURCE --by-context)."
+        ) from None
+    except (ValueError, TypeError) as e:  # not JSON, or not a profile's fields
+        raise CheckpointError(
+            f"{path} is not a by-context profile ({type(e).__name__}: {e}): measure it again "
+            "(zoo evaluate SOURCE --by-context)."
         ) from None
