@@ -225,6 +225,11 @@ def test_files_are_written_and_read_back(models, corpus, tmp_path):
     assert both.read_bytes().startswith(PNG)
     with pytest.raises(ConfigError):
         plot_position_profiles([], tmp_path / "none.png")
+    with pytest.raises(CheckpointError, match="measure it first .*--by-position"):
+        load_position_profile(tmp_path / "missing")
+    (tmp_path / "bad.json").write_text('{"bits": [1.0')
+    with pytest.raises(CheckpointError, match="not a by-position profile"):
+        load_position_profile(tmp_path / "bad.json")
 
 
 def test_cli_by_position_end_to_end(models, corpus, tmp_path, monkeypatch, capsys):

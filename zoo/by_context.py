@@ -40,6 +40,7 @@ __all__ = [
     "gain_difference",
     "load_context_profile",
     "paired_difference",
+    "read_profile",
     "save_context_profile",
 ]
 
@@ -396,17 +397,27 @@ def load_context_profile(path: str | os.PathLike) -> ContextProfile:
     Raises:
         CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
     """
+    return read_profile(path, ContextProfile, "by_context.json", "--by-context")
+
+
+def read_profile(path: str | os.PathLike, cls: type, file_name: str, flag: str):
+    """``cls(**json)`` from ``path`` (``file_name``, or the folder holding it): the loader of the
+    profiles that ``zoo evaluate SOURCE FLAG`` saves.
+
+    Raises:
+        CheckpointError: the file does not exist, or is not such a profile.
+    """
     path = Path(path)
     if path.is_dir():
-        path = path / "by_context.json"
+        path = path / file_name
     try:
-        return ContextProfile(**json.loads(path.read_text()))
+        return cls(**json.loads(path.read_text()))
     except FileNotFoundError:
         raise CheckpointError(
-            f"{path} does not exist: measure it first (zoo evaluate SOURCE --by-context)."
+            f"{path} does not exist: measure it first (zoo evaluate SOURCE {flag})."
         ) from None
-    except (ValueError, TypeError) as e:  # not JSON, or not a profile's fields
+    except (ValueError, TypeError) as e:  # not JSON, or not the profile's fields
         raise CheckpointError(
-            f"{path} is not a by-context profile ({type(e).__name__}: {e}): measure it again "
-            "(zoo evaluate SOURCE --by-context)."
+            f"{path} is not a {flag.removeprefix('--')} profile ({type(e).__name__}: {e}): "
+            f"measure it again (zoo evaluate SOURCE {flag})."
         ) from None

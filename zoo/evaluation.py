@@ -670,13 +670,11 @@ def save_position_profile(
 
 def load_position_profile(path: str | os.PathLike) -> PositionProfile:
     """The profile :func:`save_position_profile` wrote to ``path`` (``by_position.json``, or the
-    folder holding it)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "by_position.json"
-    try:
-        return PositionProfile(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{path} does not exist: measure it first (zoo evaluate SOURCE --by-position)."
-        ) from None
+    folder holding it).
+
+    Raises:
+        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
+    """
+    from zoo.by_context import read_profile
+
+    return read_profile(path, PositionProfile, "by_position.json", "--by-position")
