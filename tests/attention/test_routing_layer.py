@@ -255,9 +255,29 @@ def test_dead_centroids_are_revived_by_splitting_the_largest_cluster():
     assert stuck.occupancy[0, 2:].max() == 0  # without revival they stay dead
 
 
+def bisect_by_definition(m, a, b, iters):
+    """Bisecting k-means spelled out: the members' principal axis (by power iteration in fp64,
+    from ``a - b``) splits them by sign, then Lloyd steps of spherical 2-means."""
+    centred = (m - m.mean(0)).double()
+    axis = (a - b).double()
+    for _ in range(5000):  # converges where the top two eigenvalues differ by 1%
+        axis = F.normalize(centred.T @ (centred @ axis), dim=-1)
+    side = centred @ axis > 0
+    if side.any() and not side.all():
+        a, b = F.normalize(m[side].sum(0), dim=-1), F.normalize(m[~side].sum(0), dim=-1)
+    for _ in range(iters):
+        side = m @ a > m @ b
+        if side.all() or not side.any():
+            break
+        a, b = F.normalize(m[side].sum(0), dim=-1), F.normalize(m[~side].sum(0), dim=-1)
+    return a, b
+
+
 def revive_by_definition(km, x):
     """The revival rule spelled out: after every split, recompute the largest cluster's members
-    over all tokens (the spec :meth:`SphericalKMeans._revive` keeps as member lists)."""
+    over all tokens (the spec :meth:`SphericalKMeans._revive` keeps as member lists). Under
+    ``"two_means"`` the two centroids then take Lloyd steps of spherical 2-means over those
+    members, and each keeps the share of them it holds."""
     v = F.normalize(x.float(), dim=-1).transpose(0, 1).reshape(x.shape[1], -1, x.shape[-1])
     mu, occupancy = km.centroids.clone(), km.occupancy.clone()
     scores = torch.einsum("hkd,hnd->hnk", mu, v)
@@ -269,23 +289,37 @@ def revive_by_definition(km, x):
             continue
         far = torch.where(members, scores[h, :, big], torch.inf).argmin()
         step = 0.5 * (v[h, far] - mu[h, big])
-        mu[h, c] = F.normalize(mu[h, big] + step, dim=-1)
-        mu[h, big] = F.normalize(mu[h, big] - step, dim=-1)
-        occupancy[h, c] = occupancy[h, big] = occupancy[h, big] / 2
-        assign[h, members & (v[h] @ mu[h, c] > v[h] @ mu[h, big])] = c
+        a, b = F.normalize(mu[h, big] + step, dim=-1), F.normalize(mu[h, big] - step, dim=-1)
+        m = v[h, members]  # the members in token order
+        if km.revive_split == "two_means":
+            a, b = bisect_by_definition(m, a, b, km.split_iters)
+        mu[h, c], mu[h, big] = a, b
+        moved = members.clone()
+        moved[members] = m @ a > m @ b
+        if km.revive_split == "two_means":
+            share = moved.sum() / members.sum()
+            occupancy[h, c], occupancy[h, big] = (
+                occupancy[h, big] * share,
+                occupancy[h, big] * (1 - share),
+            )
+        else:
+            occupancy[h, c] = occupancy[h, big] = occupancy[h, big] / 2
+        assign[h, moved] = c
         splits.append((h, big))
     return mu, splits
 
 
+@pytest.mark.parametrize("split", ["farthest", "two_means"])
 @pytest.mark.parametrize("seed", range(4))
-def test_revival_follows_the_rule_through_repeated_splits(seed):
+def test_revival_follows_the_rule_through_repeated_splits(seed, split):
     """Many small centroids per head, so clusters made by one split are split again: the member
     lists kept between splits give the centroids of the rule recomputed over all tokens."""
+    torch.manual_seed(seed)  # the other centroids' random init
     g = torch.Generator().manual_seed(seed)
     H, k, D = 3, 12, 8
     centers = 3 * torch.randn(1, H, 1, D, generator=g)
     x = torch.randn(2, H, 512, D, generator=g) + centers
-    km = SphericalKMeans(H, k, D, revive_below=0.5)
+    km = SphericalKMeans(H, k, D, revive_below=0.5, revive_split=split)
     km.centroids[:, -1] = F.normalize(centers[0, :, 0], dim=-1)  # the last centroid owns most
     km.occupancy = torch.rand(H, k, generator=g) * 0.6
     km.occupancy[:, -1] = 8.0  # halved by each split, it stays the largest for a while; ties
@@ -294,12 +328,36 @@ def test_revival_follows_the_rule_through_repeated_splits(seed):
     km._revive(x, None)
     assert km.revived == len(splits)
     assert len(splits) > len(set(splits)), "some cluster should be split twice"
-    assert torch.equal(km.centroids, want)
+    assert torch.allclose(km.centroids, want, atol=1e-6)
 
 
 def test_revive_and_init_are_checked():
     with pytest.raises(ValueError, match="revive_below must be in"):
         SphericalKMeans(1, 4, 8, revive_below=1.5)
+    with pytest.raises(ValueError, match="revive_split must be 'farthest' or 'two_means'"):
+        SphericalKMeans(1, 4, 8, revive_split="bisect")
+
+
+def test_a_two_means_split_divides_two_groups_that_the_farthest_member_does_not():
+    """The largest cluster holds two equal groups of tokens and one token far from both. The
+    farthest-member rule moves the revived centroid towards that one token, and nobody else comes
+    with it; 2-means from there gives each centroid one group and records the shares."""
+    D = 8
+    g = torch.Generator().manual_seed(0)
+    groups = torch.zeros(1, 1, 1001, D)
+    groups[0, 0, :500, :2] = torch.tensor([1.0, 0.5])
+    groups[0, 0, 500:1000, :2] = torch.tensor([1.0, -0.5])
+    groups[..., :1000, 2:4] += 0.05 * torch.randn(1, 1, 1000, 2, generator=g)
+    groups[0, 0, 1000] = torch.tensor([0.3, 0.0, 0.0, 0.0, 1.0, 0, 0, 0])  # the far token
+    x = F.normalize(groups, dim=-1)
+    centroids = torch.stack([torch.eye(D)[0], -torch.eye(D)[0]])  # the second: nobody's nearest
+    for split, revived_share in (("farthest", 1 / 1001), ("two_means", 0.5)):
+        km = SphericalKMeans(1, 2, D, decay=0.9, revive_below=0.25, revive_split=split)
+        km.centroids.copy_(centroids)
+        km.update(x)
+        assert km.revived == 1
+        share = (km.assign(x)[0, 0] == 1).float().mean()
+        assert share == pytest.approx(revived_share, abs=0.01), split
 
 
 def test_init_and_revival_skip_padding_with_separate_keys():

@@ -40,11 +40,20 @@ def test_routing_heads_only_in_the_top_layers():
         (dict(n_clusters=0), "n_clusters"),
         (dict(routing_score_scale=-1.0), "routing_score_scale"),
         (dict(routing_score_scale=1.0, max_relative_position=4), "routing_score_scale"),
+        (dict(revive_below=1.0), "revive_below"),
+        (dict(revive_split="bisect"), "revive_split"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):
     with pytest.raises(ConfigError, match=message):
         RoutingTransformerConfig(**(SMALL | overrides))
+
+
+def test_the_revival_rule_reaches_the_centroids():
+    model = model_with(n_routing_layers=1, revive_below=0.5, revive_split="two_means")
+    km = model.blocks[-1].attention.kmeans
+    assert (km.revive_below, km.revive_split) == (0.5, "two_means")
+    assert model_with().blocks[-1].attention.kmeans.revive_split == "farthest"
 
 
 def past_logit_shift(model, T=64):

@@ -81,6 +81,16 @@ class SphericalKMeans(nn.Module):
             k-means rule for an empty cluster). Random unit vectors in ``D`` dimensions are
             nobody's nearest centroid once the queries concentrate, and the EMA never moves a
             centroid without members. 0: never.
+        revive_split: how revival splits the largest cluster. ``"farthest"``: as above, halfway
+            to its farthest member, each side then assumed to hold half of it. ``"two_means"``:
+            bisecting k-means on the cluster's members (:func:`two_means`: a split along their
+            principal axis, then ``split_iters`` Lloyd steps), each side then holding the share
+            it measured. A farthest member is often an outlier, so the first rule can revive a
+            centroid almost nobody is nearest to, which is then revived again. Replayed on the
+            published top2 pg19mini model's routing queries at ``revive_below`` 0.5 (200 batches),
+            ``"farthest"`` moved 2,134 centroids and left the smallest cluster of a batch a
+            median 0.13 of its share; ``"two_means"`` moved 704, median 0.36
+            (docs/long_context.md §5j).
 
     Both additions change training only; the routing itself is Algorithm 1's.
     """
@@ -95,14 +105,21 @@ class SphericalKMeans(nn.Module):
         init: Literal["kmeans", "random"] = "random",
         revive_below: float = 0.0,
         init_iters: int = 10,
+        revive_split: Literal["farthest", "two_means"] = "farthest",
+        split_iters: int = 3,
     ) -> None:
         super().__init__()
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"decay must be in [0, 1), got {decay}")
         if not 0.0 <= revive_below < 1.0:
             raise ValueError(f"revive_below must be in [0, 1), got {revive_below}")
+        if revive_split not in ("farthest", "two_means"):
+            raise ValueError(
+                f"revive_split must be 'farthest' or 'two_means', got {revive_split!r}"
+            )
         self.decay, self.normalize = decay, normalize
         self.init, self.revive_below, self.init_iters = init, revive_below, init_iters
+        self.revive_split, self.split_iters = revive_split, split_iters
         self.register_buffer(
             "centroids", F.normalize(torch.randn(n_heads, n_clusters, d_head), dim=-1)
         )
@@ -243,7 +260,8 @@ class SphericalKMeans(nn.Module):
         """Split the largest cluster for each centroid with occupancy below ``revive_below``
         (the usual k-means rule for an empty cluster): the small centroid and the largest one
         move apart along the line from the largest one to its farthest member of ``x``
-        ``(B, H, T, D)``, so the two share that cluster's tokens."""
+        ``(B, H, T, D)``, so the two share that cluster's tokens; under ``"two_means"`` they
+        bisect its members instead (:func:`two_means`)."""
         assert self.occupancy is not None
         small = self.occupancy < self.revive_below  # (H, k)
         if not small.any():
@@ -267,13 +285,23 @@ class SphericalKMeans(nn.Module):
                 continue
             far = idx[scores[h, idx, big].argmin()]  # its farthest member (the first, on ties)
             step = 0.5 * (v[h, far] - mu[h, big])
-            mu[h, c], mu[h, big] = (
+            new, old = (
                 F.normalize(mu[h, big] + step, dim=-1),
                 F.normalize(mu[h, big] - step, dim=-1),
             )
-            occupancy[h][c] = occupancy[h][big] = occupancy[h][big] / 2
             members_v = v[h, idx]  # (m, D)
+            if self.revive_split == "two_means":
+                new, old = two_means(members_v, new, old, self.split_iters)
+            mu[h, c], mu[h, big] = new, old
             moved = members_v @ mu[h, c] > members_v @ mu[h, big]
+            if self.revive_split == "two_means":  # the shares measured
+                share = moved.float().mean().item()
+                occupancy[h][c], occupancy[h][big] = (
+                    occupancy[h][big] * share,
+                    occupancy[h][big] * (1 - share),
+                )
+            else:
+                occupancy[h][c] = occupancy[h][big] = occupancy[h][big] / 2
             members[h][c] = torch.cat([members[h][c], idx[moved]]).sort().values
             members[h][big] = idx[~moved]
             self.revived += 1
@@ -295,6 +323,30 @@ class SphericalKMeans(nn.Module):
         sums = x.new_zeros(H * k, D).index_add_(0, rows, x)
         counts = torch.bincount(rows, minlength=H * k).to(x.dtype)
         return sums.view(H, k, D), counts.view(H, k)
+
+
+def two_means(x: Tensor, a: Tensor, b: Tensor, iters: int) -> tuple[Tensor, Tensor]:
+    """Split unit vectors ``x`` ``(m, D)`` in two, as bisecting k-means does: by the sign of their
+    projection on the principal axis of ``x`` (the top eigenvector of their covariance, turned to
+    point along ``a - b``), then ``iters`` Lloyd steps of spherical k-means with ``k = 2``,
+    stopping early when one side is empty. Starts from the unit centroids ``a``, ``b`` ``(D,)``
+    instead where the axis leaves one side empty (e.g. identical vectors). Returns the two unit
+    centroids, the one on ``a``'s side first.
+
+    The principal axis, not the farthest member: a cluster of two equal groups and one outlier
+    is split into the groups, where the farthest member would take the outlier alone.
+    """
+    centred = x - x.mean(0)
+    axis = torch.linalg.eigh(centred.T @ centred).eigenvectors[:, -1]  # (D,), D x D: cheap
+    to_a = centred @ (axis if axis @ (a - b) >= 0 else -axis) > 0
+    if to_a.any() and not to_a.all():
+        a, b = F.normalize(x[to_a].sum(0), dim=-1), F.normalize(x[~to_a].sum(0), dim=-1)
+    for _ in range(iters):
+        to_a = x @ a > x @ b
+        if to_a.all() or not to_a.any():
+            break
+        a, b = F.normalize(x[to_a].sum(0), dim=-1), F.normalize(x[~to_a].sum(0), dim=-1)
+    return a, b
 
 
 @torch.no_grad()
@@ -361,8 +413,9 @@ class RoutingSelfAttention(nn.Module):
         routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
         causal_window: in causal routing, the number of most recent cluster members attended to.
         shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
-        decay, normalize_centroids, centroid_init, revive_below: of :class:`SphericalKMeans`
-            (``normalize``, ``init``, ``revive_below``).
+        decay, normalize_centroids, centroid_init, revive_below, revive_split: of
+            :class:`SphericalKMeans` (``normalize``, ``init``, ``revive_below``,
+            ``revive_split``).
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
         score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and keys (norm
             ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``, scaled dot
@@ -395,6 +448,7 @@ class RoutingSelfAttention(nn.Module):
         normalize_centroids: bool = True,
         centroid_init: Literal["kmeans", "random"] = "random",
         revive_below: float = 0.0,
+        revive_split: Literal["farthest", "two_means"] = "farthest",
         max_relative_position: int = 0,
         score_scale: float | None = None,
         rotary: bool = False,
@@ -432,6 +486,7 @@ class RoutingSelfAttention(nn.Module):
                 normalize_centroids,
                 init=centroid_init,
                 revive_below=revive_below,
+                revive_split=revive_split,
             )
             if self.n_routing
             else None

@@ -51,6 +51,7 @@ class RoutingTransformerConfig(TransformerConfig):
     normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
     centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
     revive_below: float = 0.25  # move centroids with occupancy < this onto poorly covered tokens
+    revive_split: Literal["farthest", "two_means"] = "farthest"  # how revival splits (routing.py)
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
     # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
     routing_score_scale: float | None = None
@@ -98,6 +99,8 @@ class RoutingTransformerConfig(TransformerConfig):
             raise ConfigError("routing='causal' needs shared_qk=True (one cluster per token)")
         if self.max_relative_position < 0:
             raise ConfigError("max_relative_position must be >= 0 (0 turns it off)")
+        if not 0 <= self.revive_below < 1:
+            raise ConfigError(f"revive_below must be in [0, 1) (0: never), got {self.revive_below}")
         if self.routing_score_scale is not None and self.routing_score_scale <= 0:
             raise ConfigError(
                 f"routing_score_scale must be positive (or null for 1/sqrt(d_head)), "
@@ -159,6 +162,7 @@ class RoutingTransformerLM(TransformerLM):
             normalize_centroids=c.normalize_centroids,
             centroid_init=c.centroid_init,
             revive_below=c.revive_below,
+            revive_split=c.revive_split,
             max_relative_position=c.max_relative_position,
             score_scale=c.routing_score_scale,
             rotary=c.position == "rotary",
