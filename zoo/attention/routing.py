@@ -92,7 +92,7 @@ class SphericalKMeans(nn.Module):
             median 0.13 of its share; ``"two_means"`` moved 704, median 0.36
             (docs/long_context.md §5j).
 
-    Both additions change training only; the routing itself is Algorithm 1's.
+    Init and revival change training only; the routing itself is Algorithm 1's.
     """
 
     def __init__(
