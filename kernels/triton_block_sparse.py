@@ -179,7 +179,7 @@ class _BlockSparseAttention(torch.autograd.Function):
             q, k, v, out, lse, tables.row_ptr, tables.row_cols, tables.row_tile, tables.tiles,
             H, T, nb, tables.n_blocks, tables.n_layout_heads, tables.n_mask_heads,
             scale * LOG2E, BLOCK=block, D=D, PRECISION=precision(q.dtype),
-            **launch_options(D),
+            **launch_options(D, "block_sparse.forward"),
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.tables, ctx.block, ctx.scale = tables, block, scale
@@ -194,15 +194,17 @@ class _BlockSparseAttention(torch.autograd.Function):
         delta = (do.float() * out.float()).sum(-1)  # (B, H, T): rowsum(dO * O)
         dq, dk, dv = (flash.empty(x.shape, x) for x in (q, k, v))
         nb = triton.cdiv(T, block)
-        common = dict(BLOCK=block, D=D, PRECISION=precision(q.dtype), **launch_options(D))
+        common = dict(BLOCK=block, D=D, PRECISION=precision(q.dtype))
         sizes = (H, T, nb, tables.n_blocks, tables.n_layout_heads, tables.n_mask_heads)
         _backward_dq[(nb, B * H)](
             q, k, v, do, lse, delta, dq, tables.row_ptr, tables.row_cols, tables.row_tile,
             tables.tiles, *sizes, scale * LOG2E, scale, **common,
+            **launch_options(D, "block_sparse.dq"),
         )  # fmt: skip
         _backward_dkdv[(nb, B * H)](
             q, k, v, do, lse, delta, dk, dv, tables.col_ptr, tables.col_rows, tables.col_tile,
             tables.tiles, *sizes, scale * LOG2E, scale, **common,
+            **launch_options(D, "block_sparse.dkdv"),
         )  # fmt: skip
         return dq, dk, dv, None, None, None
 

@@ -101,10 +101,23 @@ def precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def launch_options(head_dim: int) -> dict:
-    """``num_warps`` / ``num_stages`` for a kernel launch (none in the interpreter). These are
-    fixed, not autotuned: the interpreter cannot autotune, and the values are untuned starting
-    points for a GPU."""
+# Launch options measured per (kernel, head dim) by ``python -m benchmarks.kernel_tuning`` on a
+# GPU; a pair that is not listed takes :func:`default_launch_options`. Kernels are named
+# "<op>.<pass>": "block_sparse.forward", "block_sparse.dq", "block_sparse.dkdv", and the same
+# three for "routing".
+LAUNCH: dict[tuple[str, int], dict] = {}
+
+
+def default_launch_options(head_dim: int) -> dict:
+    """The untuned starting point: 4 warps and 3 stages up to head dim 64, else 8 and 2."""
+    return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 3 if head_dim <= 64 else 2}
+
+
+def launch_options(head_dim: int, kernel: str = "") -> dict:
+    """``num_warps`` / ``num_stages`` for launching ``kernel`` at ``head_dim`` (none in the
+    interpreter, which takes no launch options): :data:`LAUNCH`'s entry, else
+    :func:`default_launch_options`. They are looked up, not autotuned: the interpreter cannot
+    autotune, and a table keeps every launch reproducible."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return {}
-    return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 3 if head_dim <= 64 else 2}
+    return dict(LAUNCH.get((kernel, head_dim)) or default_launch_options(head_dim))

@@ -6,11 +6,14 @@ copied first. The causal mask compares the tokens' original positions. With shar
 query and key indices that is the lower triangle in cluster order, so a tile stops at the
 diagonal. Otherwise every key tile is visited and the positions decide.
 
-The kernel's output is the per-cluster ``(B, H, k, w, D)``. The mean over the clusters a
-position appears in (:func:`zoo.kernels.routing.scatter_mean`) and the backward pass's
-scatter-add of per-cluster gradients (:func:`~zoo.kernels.routing.scatter_sum`) are left to
-PyTorch's ``index_add``, which is deterministic and needs no atomics. Source: Roy et al. 2020,
-Algorithm 1 lines 19-27. The tile steps are FlashAttention-2's (:mod:`zoo.kernels.triton_flash`).
+The cluster kernels work on per-cluster rows ``(B, H, k, w, D)``. Going back to positions (the
+mean over the clusters a position appears in, and in the backward pass the sum of its
+per-cluster gradients) is a fourth kernel, :func:`segment_sum`: the cluster slots are sorted by
+position once (:func:`scatter_plan`), and each position adds up its own slots in cluster order.
+Nothing is written twice, so it needs no atomics and is deterministic; PyTorch's ``index_add``
+on CUDA uses atomics, and on an H200 it took 2.5 times as long as the cluster kernel's forward
+pass (docs/bench/kernel_tuning_gpu_h200.md). Source: Roy et al. 2020, Algorithm 1 lines 19-27.
+The tile steps are FlashAttention-2's (:mod:`zoo.kernels.triton_flash`).
 
 Import this module only where Triton is present. Callers use
 :func:`zoo.kernels.routing_attention`, which dispatches here for CUDA tensors.
@@ -23,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from zoo.kernels import triton_flash as flash
-from zoo.kernels.routing import scatter_mean, scatter_sum
+from zoo.kernels.routing import _flat_positions
 from zoo.kernels.triton_flash import (
     LOG2E,
     dkdv_step,
@@ -34,7 +37,7 @@ from zoo.kernels.triton_flash import (
     softmax_step,
 )
 
-__all__ = ["routing_attention_triton"]
+__all__ = ["routing_attention_triton", "scatter_plan", "segment_sum"]
 
 
 @triton.jit
@@ -150,46 +153,113 @@ def _backward_dkdv(
     tl.store(DV + rows, dv, mask=inside_n)
 
 
+@triton.jit
+def _segment_sum(
+    Y, ORDER, OFFSETS, OUT, n_rows, max_count,
+    MEAN: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    """Rows ``OUT[r] = sum of Y[ORDER[OFFSETS[r]:OFFSETS[r + 1]]]`` (divided by the count, at
+    least 1, when ``MEAN``), ``ROWS`` rows per program, accumulated in fp32. ``max_count`` is the
+    largest count (the loop's bound, passed in: Triton 3.6 failed to compile a bound taken from
+    ``tl.max`` of the counts on an H200)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    inside = rows < n_rows
+    start = tl.load(OFFSETS + rows, mask=inside, other=0)
+    count = tl.load(OFFSETS + rows + 1, mask=inside, other=0) - start
+    d = tl.arange(0, D)
+    acc = tl.zeros((ROWS, D), tl.float32)
+    for j in range(0, max_count):
+        has = j < count
+        slot = tl.load(ORDER + start + j, mask=has, other=0).to(tl.int64)
+        acc += tl.load(Y + slot[:, None] * D + d[None, :], mask=has[:, None], other=0.0).to(
+            tl.float32
+        )
+    if MEAN:
+        acc = acc / tl.maximum(count, 1).to(tl.float32)[:, None]
+    tl.store(OUT + rows.to(tl.int64)[:, None] * D + d[None, :], acc.to(OUT.dtype.element_ty),
+             mask=inside[:, None])  # fmt: skip
+
+
+def scatter_plan(idx: Tensor, T: int) -> tuple[Tensor, Tensor, Tensor, int]:
+    """What :func:`segment_sum` reads for the clusters ``idx`` ``(B, H, k, w)``: the flat
+    positions of the cluster slots ``(B H k w,)``, the slots sorted by position (stably, so each
+    position's slots stay in cluster order) ``(B H k w,)``, and each position's range in that
+    order, ``offsets`` ``(B H T + 1,)`` (a CSR), and the most clusters any position is in.
+    ``flat`` is int64, ``order`` and ``offsets`` int32. Reading the maximum synchronises with
+    the device once per plan."""
+    B, H = idx.shape[:2]
+    flat = _flat_positions(idx, T)
+    order = torch.argsort(flat, stable=True).to(torch.int32)
+    offsets = flat.new_zeros(B * H * T + 1, dtype=torch.int32)
+    counts = torch.bincount(flat, minlength=B * H * T)
+    offsets[1:] = counts.cumsum(0)
+    return flat, order, offsets, int(counts.max())
+
+
+def segment_sum(y: Tensor, plan: tuple[Tensor, Tensor, Tensor, int], T: int, *, mean: bool,
+                dtype: torch.dtype) -> Tensor:  # fmt: skip
+    """Cluster rows ``y`` ``(B, H, k, w, D)`` back to positions ``(B, H, T, D)`` in ``dtype``:
+    each position's sum over the clusters it appears in (the mean when ``mean``), zero where it
+    appears in none. ``plan`` is :func:`scatter_plan`'s. Deterministic; not differentiable (the
+    autograd function below calls it in both passes). Equals
+    :func:`zoo.kernels.routing.scatter_sum` / ``scatter_mean`` up to fp32 rounding."""
+    B, H, _, _, D = y.shape
+    _, order, offsets, max_count = plan
+    out = flash.empty((B, H, T, D), y, dtype)
+    rows = 32
+    _segment_sum[(triton.cdiv(B * H * T, rows),)](
+        y.contiguous(), order, offsets, out, B * H * T, max_count, MEAN=mean, ROWS=rows, D=D
+    )
+    return out
+
+
 class _ClusterAttention(torch.autograd.Function):
-    """``(q, k, v, q_idx, k_idx)`` -> the per-cluster outputs ``(B, H, k, w, D)``."""
+    """``(q, k, v, q_idx, k_idx)`` -> the outputs at their positions ``(B, H, T, D)``."""
 
     @staticmethod
     def forward(ctx, q, k, v, q_idx, k_idx, causal: bool, scale: float, block: int):
         B, H, T, D = q.shape
         n_clusters, w = q_idx.shape[2:]
+        shared = k_idx.data_ptr() == q_idx.data_ptr()
         q, k, v = (x.contiguous() for x in (q, k, v))
         q_idx, k_idx = q_idx.contiguous(), k_idx.contiguous()
         y = flash.empty((B, H, n_clusters, w, D), q)
         lse = flash.empty((B, H, n_clusters, w), q, torch.float32)
         ctx.options = dict(
-            CAUSAL=causal, DIAGONAL=causal and k_idx.data_ptr() == q_idx.data_ptr(),
-            BLOCK=block, D=D, PRECISION=precision(q.dtype), **launch_options(D),
+            CAUSAL=causal, DIAGONAL=causal and shared, BLOCK=block, D=D,
+            PRECISION=precision(q.dtype),
         )  # fmt: skip
         grid = (triton.cdiv(w, block), B * H * n_clusters)
         _forward[grid](q, k, v, q_idx, k_idx, y, lse, T, w, n_clusters, scale * LOG2E,
-                       **ctx.options)  # fmt: skip
+                       **ctx.options, **launch_options(D, "routing.forward"))  # fmt: skip
+        ctx.q_plan = scatter_plan(q_idx, T)
+        ctx.k_plan = ctx.q_plan if shared else scatter_plan(k_idx, T)
         ctx.save_for_backward(q, k, v, q_idx, k_idx, y, lse)
         ctx.scale = scale
-        return y
+        return segment_sum(y, ctx.q_plan, T, mean=True, dtype=q.dtype)
 
     @staticmethod
-    def backward(ctx, grad_y: Tensor):
+    def backward(ctx, grad_out: Tensor):
         q, k, v, q_idx, k_idx, y, lse = ctx.saved_tensors
         B, H, T, D = q.shape
         n_clusters, w = q_idx.shape[2:]
-        dy = grad_y.to(q.dtype).contiguous()
+        flat, _, offsets, _ = ctx.q_plan
+        # the mean's backward: each slot gets its position's gradient over the position's count
+        counts = (offsets[1:] - offsets[:-1]).clamp_(min=1)
+        dy = (grad_out.reshape(-1, D).float() / counts[:, None])[flat]
+        dy = dy.to(q.dtype).view(B, H, n_clusters, w, D)
         delta = (dy.float() * y.float()).sum(-1)  # (B, H, k, w)
         dq_c, dk_c, dv_c = (flash.empty((B, H, n_clusters, w, D), q, torch.float32) for _ in "qkv")
         grid = (triton.cdiv(w, ctx.options["BLOCK"]), B * H * n_clusters)
         args = (T, w, n_clusters, ctx.scale * LOG2E, ctx.scale)
-        _backward_dq[grid](q, k, v, q_idx, k_idx, dy, lse, delta, dq_c, *args, **ctx.options)
-        _backward_dkdv[grid](
-            q, k, v, q_idx, k_idx, dy, lse, delta, dk_c, dv_c, *args, **ctx.options
-        )
+        _backward_dq[grid](q, k, v, q_idx, k_idx, dy, lse, delta, dq_c, *args, **ctx.options,
+                           **launch_options(D, "routing.dq"))  # fmt: skip
+        _backward_dkdv[grid](q, k, v, q_idx, k_idx, dy, lse, delta, dk_c, dv_c, *args,
+                             **ctx.options, **launch_options(D, "routing.dkdv"))  # fmt: skip
         return (
-            scatter_sum(dq_c, q_idx, T).to(q.dtype),
-            scatter_sum(dk_c, k_idx, T).to(k.dtype),
-            scatter_sum(dv_c, k_idx, T).to(v.dtype),
+            segment_sum(dq_c, ctx.q_plan, T, mean=False, dtype=q.dtype),
+            segment_sum(dk_c, ctx.k_plan, T, mean=False, dtype=k.dtype),
+            segment_sum(dv_c, ctx.k_plan, T, mean=False, dtype=v.dtype),
             None, None, None, None, None,
         )  # fmt: skip
 
@@ -212,10 +282,9 @@ def routing_attention_triton(
     ``block`` is the tile edge (a power of two, 16 or more on a GPU). The caller checks
     :func:`zoo.kernels.triton_flash.unsupported`. CPU tensors work only under ``TRITON_INTERPRET=1``.
     """
-    T, D = q.shape[2], q.shape[3]
+    D = q.shape[3]
     k, v = k.to(q.dtype), v.to(q.dtype)
     k_idx = q_idx if k_idx is None else k_idx
-    y = _ClusterAttention.apply(
+    return _ClusterAttention.apply(
         q, k, v, q_idx, k_idx, causal, D**-0.5 if scale is None else scale, block
     )
-    return scatter_mean(y, q_idx, T)

@@ -209,6 +209,29 @@ def test_routing_matches_the_per_cluster_oracle(shared, causal, w, D, dtype):
     torch.testing.assert_close(got.cpu().double(), exact, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+@pytest.mark.parametrize("mean", [True, False], ids=["mean", "sum"])
+def test_segment_sum_equals_index_add_and_is_deterministic(mean):
+    """The scatter back to positions: each position's sum (or mean) over its clusters, zeros
+    where it is in none, the same bits on every run."""
+    from zoo.kernels.routing import scatter_mean, scatter_sum
+
+    B, H, n_clusters, w, T, D = 2, 3, 4, 20 * SCALE, 48 * SCALE, 32
+    g = torch.Generator().manual_seed(0)
+    idx = random_clusters(B, H, n_clusters, w, T, g).to(DEVICE)
+    y = torch.randn(B, H, n_clusters, w, D, generator=g).to(DEVICE)
+    plan = triton_routing.scatter_plan(idx, T)
+    got = triton_routing.segment_sum(y, plan, T, mean=mean, dtype=torch.float32)
+    want = (scatter_mean if mean else scatter_sum)(y, idx, T)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    counts = torch.zeros(B * H * T, device=DEVICE).index_add_(
+        0, plan[0], torch.ones_like(plan[0], dtype=torch.float32)
+    )
+    assert (counts == 0).any() and (counts > 1).any(), "the clusters must cover both cases"
+    assert (got.reshape(-1, D)[counts == 0] == 0).all()
+    again = triton_routing.segment_sum(y, plan, T, mean=mean, dtype=torch.float32)
+    assert torch.equal(got, again)
+
+
 def test_routing_diagonal_shortcut_equals_the_general_walk():
     """Shared indices let the tiles stop at the diagonal; passing the same indices as separate
     keys visits every tile and masks by position. The results must agree."""
