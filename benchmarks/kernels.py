@@ -223,9 +223,11 @@ def environment() -> dict:
         env["triton"] = triton.__version__
     except ImportError:
         env["triton"] = "not installed"
+    from zoo.lineage import device_name
+
     if torch.cuda.is_available():
-        env["device"] = torch.cuda.get_device_name()
-        try:  # SXM or PCIe shows in the name and the power limit
+        env["device"] = device_name("cuda")  # with SXM or PCIe where nvidia-smi tells
+        try:
             env["nvidia-smi"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,power.limit,driver_version", "--format=csv,noheader"],
                 capture_output=True, text=True, check=True,
@@ -234,8 +236,6 @@ def environment() -> dict:
             pass
         env["cuda"] = torch.version.cuda
     else:
-        from zoo.lineage import device_name
-
         env["device"] = f"{device_name('cpu')}, no GPU"
     return env
 

@@ -205,9 +205,15 @@ def median_round(rounds: list[dict]) -> dict:
 
 
 def revision(code: Path | None) -> str:
-    """The git revision of a checkout (this one for ``None``), short, with ``+`` if modified."""
-    where = code or REPO
+    """The git revision of a checkout (this one for ``None``), short, with ``+`` if modified; the
+    folder's name when it is no checkout of its own (an unpacked copy, even one inside another
+    checkout, whose revision git would report instead)."""
+    where = (code or REPO).resolve()
     try:
+        top = subprocess.run(["git", "-C", str(where), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        if Path(top).resolve() != where:
+            return where.name
         rev = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
         dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "-uno"],

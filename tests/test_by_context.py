@@ -205,7 +205,10 @@ def test_cli_by_context_end_to_end(models, corpus, tmp_path, monkeypatch, capsys
     assert default.contexts == (64, 128)
     assert default.command() == (f"zoo evaluate {models['learned']} --by-context --target-len 16 "
                                  f"--block-spacing {default.block_spacing}")  # fmt: skip
-    assert p.command("NAME") == "zoo evaluate NAME --by-context 16 64 --target-len 16 --block-spacing 64"
+    assert (
+        p.command("NAME")
+        == "zoo evaluate NAME --by-context 16 64 --target-len 16 --block-spacing 64"
+    )
 
 
 @pytest.mark.parametrize(

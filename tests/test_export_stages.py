@@ -81,7 +81,10 @@ def test_a_new_version_trained_on_from_the_previous_one_lists_both_stages(tmp_pa
              "hardware": "GPU B", "data": {"seq_len": 8192, "batch_size": 16},
              "optimization": {"lr": 5e-4}, "lineage": {"parent": str(previous)}}  # fmt: skip
     staged = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="stage2.yaml")
-    assert [st.get("checkpoint") for st in staged["stages"]] == ["m.pg19mini (previous version)", None]
+    assert [st.get("checkpoint") for st in staged["stages"]] == [
+        "m.pg19mini (previous version)",
+        None,
+    ]
     assert [st["lr"] for st in staged["stages"]] == [1e-3, 5e-4]
     assert (staged["optimizer_steps"], staged["tokens"], staged["wall_time_s"]) == (
         3500, 458_752_000, 625.5)  # fmt: skip

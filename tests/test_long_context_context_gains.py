@@ -29,11 +29,16 @@ def test_gains_and_gains_over_the_reference(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out == (tmp_path / "t.md").read_text()
     rows = out.splitlines()
-    assert rows[0] == "| model | gain 4 → 8 | over the reference | gain 8 → 16 | over the reference |"
+    assert (
+        rows[0] == "| model | gain 4 → 8 | over the reference | gain 8 → 16 | over the reference |"
+    )
     assert rows[2] == "| reference | +0.1000 ± 0.0000 | – | +0.0000 ± 0.0000 | – |"
     # the model's gains per block, 4 -> 8: 0.2, 0.3, 0.3 (mean 0.2667, std 0.0577, se 0.0333), over
     # the reference's 0.1 each; 8 -> 16: 0.2, 0.1, 0.2 (mean 0.1667, se 0.0333), over the reference's 0
-    assert rows[3] == "| model | +0.2667 ± 0.0333 | +0.1667 ± 0.0333 | +0.1667 ± 0.0333 | +0.1667 ± 0.0333 |"
+    assert (
+        rows[3]
+        == "| model | +0.2667 ± 0.0333 | +0.1667 ± 0.0333 | +0.1667 ± 0.0333 | +0.1667 ± 0.0333 |"
+    )
 
 
 def test_a_bad_stretch_is_a_usage_error(tmp_path, capsys):

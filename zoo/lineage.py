@@ -25,15 +25,54 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["data_checksum", "device_name", "git_commit"]
+__all__ = ["data_checksum", "device_name", "form_factor", "git_commit"]
+
+
+# Hopper parts by the board power limit that tells their form factors apart (NVIDIA's data
+# sheets): the SXM modules run at up to 700 W, the PCIe cards at 350-400 W (H100 PCIe, H100 NVL)
+# and 600 W (H200 NVL). The names alone do not say it: "NVIDIA H100 80GB HBM3" and "NVIDIA H200"
+# are the SXM parts.
+_PCIE_MAX_WATTS = {"H100": 400.0, "H200": 600.0}
+
+
+def form_factor(name: str, power_limit_w: float | None) -> str | None:
+    """``"SXM"`` or ``"PCIe"`` for a GPU named ``name`` (as ``nvidia-smi`` and torch give it) with
+    board power limit ``power_limit_w`` (W), or ``None`` when neither tells."""
+    if "PCIe" in name or "NVL" in name:
+        return "PCIe"
+    if "SXM" in name:
+        return "SXM"
+    for part, pcie_max in _PCIE_MAX_WATTS.items():
+        if part in name and power_limit_w is not None:
+            return "SXM" if power_limit_w > pcie_max else "PCIe"
+    return None
+
+
+def _power_limit_w(index: int) -> float | None:
+    """The board power limit of GPU ``index`` in watts, from ``nvidia-smi``; ``None`` without it."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout  # fmt: skip
+        return float(out.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def device_name(device: str | torch.device = "cpu") -> str:
-    """The machine a measurement or run uses, for cards: the GPU's name for a CUDA device, else
-    the CPU's model name and torch's thread count (``"AMD EPYC 9R14 (2 threads)"``)."""
+    """The machine a measurement or run uses, for cards. For a CUDA device: the GPU's name, with
+    its form factor and power limit where ``nvidia-smi`` gives them (``"NVIDIA H200 (SXM,
+    700 W)"``); else the CPU's model name and torch's thread count (``"AMD EPYC 9R14 (2
+    threads)"``)."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        name = torch.cuda.get_device_name(index)
+        watts = _power_limit_w(index)
+        kind = form_factor(name, watts)
+        details = [d for d in (kind, None if watts is None else f"{watts:.0f} W") if d]
+        return f"{name} ({', '.join(details)})" if details else name
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -46,7 +46,9 @@ def gains_table(profiles: list[tuple[str, object]], stretches: list[tuple[int, i
 def _stretch(text: str) -> tuple[int, int]:
     short, sep, long = text.partition(":")
     if not sep or not short.isdigit() or not long.isdigit() or int(short) >= int(long):
-        raise argparse.ArgumentTypeError(f"{text!r} is not SHORT:LONG with SHORT < LONG, e.g. 256:1024")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not SHORT:LONG with SHORT < LONG, e.g. 256:1024"
+        )
     return int(short), int(long)
 
 

@@ -130,3 +130,18 @@ def test_text_rows_train_on_a_new_window_of_the_data_each_step():
 
     text = b"".join(load_byte_corpus("tinyshakespeare", splits=["train"])["train"])
     assert bytes(first[0].tolist()) in text  # windows of the real training text
+
+
+def test_a_copy_inside_a_checkout_is_labelled_by_its_folder(tmp_path):
+    """An unpacked old version inside this checkout must not take this checkout's revision."""
+    import subprocess
+
+    from benchmarks.train_throughput import revision
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    (tmp_path / "old").mkdir()
+    assert revision(tmp_path / "old") == "old"
+    rev = revision(tmp_path)
+    assert len(rev) >= 7 and rev != "old"

@@ -365,9 +365,7 @@ def export_run(
         model = module.model
         model.save_pretrained(out)  # with tokenizer.json for a translation model
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        facts = _with_earlier_stages(
-            training_facts(ckpt, ckpt_path), name, recipe=str(recipe)
-        )
+        facts = _with_earlier_stages(training_facts(ckpt, ckpt_path), name, recipe=str(recipe))
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
             facts["lineage"]["data"] = _data_checksum_of(model.config.max_seq_len, facts["data"])
@@ -410,8 +408,9 @@ def export_run(
         by_position_plot=png.name if png.is_file() else None,
         by_context=ctx_md.read_text() if ctx_md.is_file() else None,
         by_context_plot=ctx_png.name if ctx_png.is_file() else None,
-        by_context_command=(load_context_profile(out).command(name)
-                            if (out / "by_context.json").is_file() else None),  # fmt: skip
+        by_context_command=(
+            load_context_profile(out).command(name) if (out / "by_context.json").is_file() else None
+        ),  # fmt: skip
         samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
         bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
