@@ -47,6 +47,47 @@ def test_each_channel_pair_turns_by_its_position_times_its_frequency():
     assert torch.equal(low, rope(x.bfloat16().float(), start).bfloat16())
 
 
+def composed(x, cos, sin):
+    """The turn written as the composition of tensor ops (the previous implementation)."""
+    half = x.shape[-1] // 2
+    return (x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin).to(x.dtype)
+
+
+def test_turn_and_its_gradient_equal_the_composed_formula():
+    """The autograd function (two fused multiply-adds per half, gradient turned back by minus
+    the angle) against autograd through the composed ops: fp64 gradcheck, fp32 to rounding, and
+    a bf16 gradient within bf16's precision of the fp64 one."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(16)
+    x = torch.randn(2, 3, 12, 16, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda t: rope(t, start=5), (x,))
+    cos, sin = rope.angles(5, 12, x.device)
+    g = torch.randn_like(x)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
+        xd = x.detach().to(dtype).requires_grad_()
+        got = rope(xd, start=5)
+        (dx,) = torch.autograd.grad(got, xd, g.to(dtype))
+        x64 = xd.detach().double().requires_grad_()
+        want = composed(x64, cos.double(), sin.double())
+        (dx64,) = torch.autograd.grad(want, x64, g.to(dtype).double())
+        assert got.dtype == dx.dtype == dtype
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(dx.double(), dx64, rtol=tol, atol=tol)
+    # fp32 output equals the composed ops' to rounding
+    x32 = x.detach().float()
+    torch.testing.assert_close(rope(x32, 5), composed(x32, cos, sin), rtol=1e-6, atol=1e-6)
+
+
+def test_a_strided_view_is_turned_in_its_own_layout():
+    """Queries and keys are (B, H, T, D) views of the fused projection's (B, T, H, D) memory."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8)
+    x = torch.randn(2, 6, 3, 8).transpose(1, 2)  # (B, H, T, D), not contiguous
+    out = rope(x, start=2)
+    assert out.stride() == x.stride()
+    torch.testing.assert_close(out, rope(x.contiguous(), start=2), rtol=0, atol=0)
+
+
 def test_odd_head_dimension_is_refused():
     with pytest.raises(ValueError, match="even head dimension"):
         RotaryEmbedding(7)

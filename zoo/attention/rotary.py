@@ -11,6 +11,11 @@ by ``zoo evaluate --by-position``).
 The channels are paired as ``(x_i, x_{i + D/2})`` (the "rotate half" layout of GPT-NeoX and most
 later models), which is the paper's interleaved pairing up to a fixed permutation of the channels.
 
+The turn is one autograd function (:class:`_Turn`): two fused multiply-adds per half of the
+channels, computed in fp32 and rounded once to the input's dtype, and a backward pass that turns the
+gradient back by the same angles. It keeps only the angles for the backward pass, where composing
+``cat``, ``neg``, products and a sum kept a chain of fp32 copies (measured in docs/kernels.md).
+
 Only queries and keys turn; values do not. A layer applies the rotation to ``q`` and ``k`` before
 any pattern, cluster selection or cache, so every attention path (dense, block-sparse, local,
 decode steps) sees rotated vectors.
@@ -51,24 +56,53 @@ class RotaryEmbedding(nn.Module):
         return f"d_head={self.d_head}, base={self.base:g}"
 
     def angles(self, start: int, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """``cos`` and ``sin`` of positions ``start..start+T-1``: two fp32 ``(T, D)``."""
+        """``cos`` and ``sin`` of positions ``start..start+T-1``: two fp32 ``(T, D)`` (each half
+        of the channels repeats the ``D/2`` angles)."""
+        cos, sin = self._half_angles(start, T, device)
+        return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+
+    def _half_angles(self, start: int, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``cos`` and ``sin`` of ``m * theta_i``: two fp32 ``(T, D/2)``."""
         pos = torch.arange(start, start + T, device=device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq.to(device))  # (T, D/2)
-        freqs = torch.cat([freqs, freqs], -1)  # (T, D)
         return freqs.cos(), freqs.sin()
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """``x`` ``(..., T, D)`` turned by its positions ``start + t``; same shape and dtype."""
-        return self._turn(x, *self.angles(start, x.shape[-2], x.device))
+        return _Turn.apply(x, *self._half_angles(start, x.shape[-2], x.device))
 
     def rotate(self, q: Tensor, k: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
         """Queries and keys ``(B, H, T, D)`` at positions ``start..``: both turned (the angles
         computed once for the two)."""
-        cos, sin = self.angles(start, q.shape[-2], q.device)
-        return self._turn(q, cos, sin), self._turn(k, cos, sin)
+        cos, sin = self._half_angles(start, q.shape[-2], q.device)
+        return _Turn.apply(q, cos, sin), _Turn.apply(k, cos, sin)
+
+
+def _turned(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``x`` ``(..., T, D)`` with channel pairs ``(x1, x2) = (x_i, x_{i + D/2})`` turned by the
+    angles whose ``cos`` and ``sin`` are ``(T, D/2)``: ``(x1 cos - x2 sin, x2 cos + x1 sin)``.
+    Computed in ``cos``'s dtype (fp32) or wider, rounded once to ``x``'s; same strides as ``x``."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty_like(x)
+    for o, a, b, sign in ((out[..., :half], x1, x2, -1), (out[..., half:], x2, x1, 1)):
+        if torch.promote_types(x.dtype, cos.dtype) == x.dtype:  # fp32 / fp64: in place
+            torch.mul(a, cos, out=o).addcmul_(b, sin, value=sign)
+        else:  # bf16 / fp16: in fp32, then one rounding
+            o.copy_(torch.mul(a, cos).addcmul_(b, sin, value=sign))
+    return out
+
+
+class _Turn(torch.autograd.Function):
+    """:func:`_turned` with its backward pass: a rotation's transpose is the rotation by minus the
+    angle, so the gradient turns back by ``(cos, -sin)``. Saves only the angles."""
 
     @staticmethod
-    def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-        return (x * cos + rotated * sin).to(x.dtype)
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _turned(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        return _turned(grad, cos, -sin), None, None
