@@ -11,9 +11,9 @@ by ``zoo evaluate --by-position``).
 The channels are paired as ``(x_i, x_{i + D/2})`` (the "rotate half" layout of GPT-NeoX and most
 later models), which is the paper's interleaved pairing up to a fixed permutation of the channels.
 
-The turn is one autograd function (:class:`_Turn`): two fused multiply-adds per half of the
+The turn is one autograd function (:class:`_Turn`): a product and a multiply-add per half of the
 channels, computed in fp32 and rounded once to the input's dtype, and a backward pass that turns the
-gradient back by the same angles. It keeps only the angles for the backward pass, where composing
+gradient back by minus the angles. It keeps only the angles for the backward pass, where composing
 ``cat``, ``neg``, products and a sum kept a chain of fp32 copies (measured in docs/kernels.md).
 
 Only queries and keys turn; values do not. A layer applies the rotation to ``q`` and ``k`` before
