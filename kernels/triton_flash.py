@@ -5,6 +5,9 @@ attention reads gathered rows. It then calls these steps on them. Conventions:
 
 - Scores are kept in base 2: ``s = (q . k) * scale * log2(e)``. ``exp2`` is the fast path on
   a GPU, and the row log-sum-exp ``lse`` is stored in the same base-2 units.
+- A key that a query may not see has the score ``-inf``. The kernels mask only the tiles that
+  need it (a partial block, a tile on the causal diagonal, the ragged end of a sequence or
+  cluster); a tile that is wholly allowed skips the mask, as FlashAttention does.
 - A query row with no allowed key has ``lse = +inf``. Its output is 0, and in the backward pass
   ``exp2(s - lse) = 0``, so its gradients are 0 too. No NaN can appear.
 - Matmuls take their inputs in the tensors' dtype (fp16/bf16 on the tensor cores) and accumulate
@@ -26,11 +29,18 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def softmax_step(s, allowed, m_i, l_i, acc, v, PRECISION: tl.constexpr):
-    """One key tile of the online softmax. ``s`` ``(M, N)`` is the base-2 scores and
-    ``allowed`` ``(M, N)`` its mask. ``v`` ``(N, D)`` is the value tile. The running row max
-    ``m_i`` and row sum ``l_i`` are ``(M,)``, and ``acc`` is ``(M, D)`` fp32."""
-    s = tl.where(allowed, s, float("-inf"))
+def scores(a, b, qk_scale, PRECISION: tl.constexpr):
+    """Base-2 scores ``(a . b^T) * qk_scale`` ``(M, N)`` fp32 of the tiles ``a`` ``(M, D)`` and
+    ``b`` ``(N, D)``; ``qk_scale`` is the softmax scale times log2(e)."""
+    return tl.dot(a, tl.trans(b), input_precision=PRECISION) * qk_scale
+
+
+@triton.jit
+def softmax_step(s, m_i, l_i, acc, v, PRECISION: tl.constexpr):
+    """One key tile of the online softmax. ``s`` ``(M, N)`` is the base-2 scores, ``-inf``
+    where a key is not allowed (the caller masks only the tiles that need it). ``v`` ``(N, D)``
+    is the value tile. The running row max ``m_i`` and row sum ``l_i`` are ``(M,)``, and
+    ``acc`` is ``(M, D)`` fp32."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet
     p = tl.math.exp2(s - m_safe[:, None])
@@ -51,23 +61,24 @@ def softmax_finish(m_i, l_i, acc):
 
 
 @triton.jit
-def dq_step(q, do, lse, delta, k, v, allowed, dq, qk_scale, PRECISION: tl.constexpr):
+def dq_step(s, do, lse, delta, k, v, dq, PRECISION: tl.constexpr):
     """Adds one key tile's contribution to ``dq`` ``(M, D)``, which is left unscaled (the
-    caller multiplies by the softmax scale). Query-side ``lse`` and ``delta = rowsum(dO * O)``
-    are ``(M,)``; ``allowed`` is ``(M, N)``."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-    p = tl.where(allowed, tl.math.exp2(s - lse[:, None]), 0.0)
+    caller multiplies by the softmax scale). ``s`` ``(M, N)`` is the masked base-2 scores, as
+    for :func:`softmax_step`. Query-side ``lse`` and ``delta = rowsum(dO * O)`` are ``(M,)``.
+    A masked score gives ``exp2(-inf - lse) = 0``, and so does any score of an empty row
+    (``lse = +inf``)."""
+    p = tl.math.exp2(s - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
     return dq + tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
 
 
 @triton.jit
-def dkdv_step(q, do, lse, delta, k, v, allowed_t, dk, dv, qk_scale, PRECISION: tl.constexpr):
+def dkdv_step(s_t, q, do, lse, delta, v, dk, dv, PRECISION: tl.constexpr):
     """Adds one query tile's contribution to ``dk`` and ``dv`` ``(N, D)``. ``dk`` is left
-    unscaled. This is the transposed form: ``allowed_t`` is ``(N, M)``, keys by queries."""
-    s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
-    p_t = tl.where(allowed_t, tl.math.exp2(s_t - lse[None, :]), 0.0)
+    unscaled. This is the transposed form: ``s_t`` ``(N, M)`` is the masked base-2 scores,
+    keys by queries."""
+    p_t = tl.math.exp2(s_t - lse[None, :])
     dv = dv + tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
     dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
     ds_t = p_t * (dp_t - delta[None, :])

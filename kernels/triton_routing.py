@@ -9,11 +9,14 @@ diagonal. Otherwise every key tile is visited and the positions decide.
 The cluster kernels work on per-cluster rows ``(B, H, k, w, D)``. Going back to positions (the
 mean over the clusters a position appears in, and in the backward pass the sum of its
 per-cluster gradients) is a fourth kernel, :func:`segment_sum`: the cluster slots are sorted by
-position once (:func:`scatter_plan`), and each position adds up its own slots in cluster order.
-Nothing is written twice, so it needs no atomics and is deterministic; PyTorch's ``index_add``
-on CUDA uses atomics, and on an H200 it took 2.5 times as long as the cluster kernel's forward
-pass (docs/bench/kernel_tuning_gpu_h200.md). Source: Roy et al. 2020, Algorithm 1 lines 19-27.
-The tile steps are FlashAttention-2's (:mod:`zoo.kernels.triton_flash`).
+position once (:func:`scatter_plan`, on the device, with no host sync), and each position adds
+up its own slots in cluster order. Nothing is written twice, so it needs no atomics and is
+deterministic; PyTorch's ``index_add`` on CUDA uses atomics, and on an H200 it took 2.5 times
+as long as the cluster kernel's forward pass (docs/bench/kernel_tuning_gpu_h200.md). The
+backward pass starts with a fifth, :func:`slot_gradients`: the mean's backward and ``delta``
+in one pass. Source: Roy et al. 2020, Algorithm 1 lines 19-27. The tile steps are
+FlashAttention-2's (:mod:`zoo.kernels.triton_flash`); tiles wholly below the diagonal and inside
+the cluster skip the mask.
 
 Import this module only where Triton is present. Callers use
 :func:`zoo.kernels.routing_attention`, which dispatches here for CUDA tensors.
@@ -21,7 +24,10 @@ Import this module only where Triton is present. Callers use
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -33,11 +39,18 @@ from zoo.kernels.triton_flash import (
     dq_step,
     launch_options,
     precision,
+    scores,
     softmax_finish,
     softmax_step,
 )
 
-__all__ = ["routing_attention_triton", "scatter_plan", "segment_sum"]
+__all__ = [
+    "ScatterPlan",
+    "routing_attention_triton",
+    "scatter_plan",
+    "segment_sum",
+    "slot_gradients",
+]
 
 
 @triton.jit
@@ -59,6 +72,35 @@ def _cluster_rows(base, offs, w, D: tl.constexpr):
 
 
 @triton.jit
+def _partial(n0, m0, w, CAUSAL: tl.constexpr, DIAGONAL: tl.constexpr, BLOCK: tl.constexpr):
+    """Whether the key tile at cluster row ``n0`` needs a mask against the query tile at
+    ``m0``: it runs past ``w``, or some of its keys may come after a query. With shared, sorted
+    indices (``DIAGONAL``) that is only the tile on the diagonal; otherwise every causal tile."""
+    need = n0 + BLOCK > w
+    if CAUSAL:
+        if DIAGONAL:
+            need = need | (n0 + BLOCK > m0)
+        else:
+            need = need | (n0 >= 0)
+    return need
+
+
+@triton.jit
+def _allowed(q_pos, k_pos, offs_n, w, CAUSAL: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """``(M, N)`` (``(N, M)`` when ``TRANSPOSED``): the key rows ``offs_n`` inside the
+    cluster, and (``CAUSAL``) at positions no later than the queries'."""
+    if TRANSPOSED:
+        allowed = (offs_n < w)[:, None] & (q_pos >= 0)[None, :]
+        if CAUSAL:
+            allowed = allowed & (k_pos[:, None] <= q_pos[None, :])
+    else:
+        allowed = (q_pos >= 0)[:, None] & (offs_n < w)[None, :]
+        if CAUSAL:
+            allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
+    return allowed
+
+
+@triton.jit
 def _forward(
     Q, K, V, Q_IDX, K_IDX, Y, LSE, T, w, n_clusters, qk_scale,
     CAUSAL: tl.constexpr, DIAGONAL: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr,
@@ -77,11 +119,10 @@ def _forward(
         offs_n = n0 + tl.arange(0, BLOCK)
         k_pos, k = _gather_rows(K + base, K_IDX + cluster, offs_n, w, D)
         _, v = _gather_rows(V + base, K_IDX + cluster, offs_n, w, D)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        allowed = (offs_m >= 0)[:, None] & (offs_n < w)[None, :]
-        if CAUSAL:
-            allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
-        m_i, l_i, acc = softmax_step(s, allowed, m_i, l_i, acc, v, PRECISION)
+        s = scores(q, k, qk_scale, PRECISION)
+        if _partial(n0, mt * BLOCK, w, CAUSAL, DIAGONAL, BLOCK):
+            s = tl.where(_allowed(q_pos, k_pos, offs_n, w, CAUSAL, False), s, float("-inf"))
+        m_i, l_i, acc = softmax_step(s, m_i, l_i, acc, v, PRECISION)
     out, lse = softmax_finish(m_i, l_i, acc)
     inside = offs_m < w
     d = tl.arange(0, D)
@@ -111,10 +152,10 @@ def _backward_dq(
         offs_n = n0 + tl.arange(0, BLOCK)
         k_pos, k = _gather_rows(K + base, K_IDX + cluster, offs_n, w, D)
         _, v = _gather_rows(V + base, K_IDX + cluster, offs_n, w, D)
-        allowed = (offs_m >= 0)[:, None] & (offs_n < w)[None, :]
-        if CAUSAL:
-            allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
-        dq = dq_step(q, do, lse, delta, k, v, allowed, dq, qk_scale, PRECISION)
+        s = scores(q, k, qk_scale, PRECISION)
+        if _partial(n0, mt * BLOCK, w, CAUSAL, DIAGONAL, BLOCK):
+            s = tl.where(_allowed(q_pos, k_pos, offs_n, w, CAUSAL, False), s, float("-inf"))
+        dq = dq_step(s, do, lse, delta, k, v, dq, PRECISION)
     d = tl.arange(0, D)
     tl.store(DQ + cluster * D + offs_m[:, None] * D + d[None, :], dq * scale,
              mask=inside[:, None])  # fmt: skip
@@ -142,10 +183,11 @@ def _backward_dkdv(
         do = _cluster_rows(DY + cluster * D, offs_m, w, D)
         lse = tl.load(LSE + cluster + offs_m, mask=inside, other=float("inf"))
         delta = tl.load(DELTA + cluster + offs_m, mask=inside, other=0.0)
-        allowed_t = (offs_n < w)[:, None] & inside[None, :]
-        if CAUSAL:
-            allowed_t = allowed_t & (k_pos[:, None] <= q_pos[None, :])
-        dk, dv = dkdv_step(q, do, lse, delta, k, v, allowed_t, dk, dv, qk_scale, PRECISION)
+        s_t = scores(k, q, qk_scale, PRECISION)
+        # query rows past w need no mask: they hold zeros and lse = +inf, so they add nothing
+        if _partial(nt * BLOCK, m0, w, CAUSAL, DIAGONAL, BLOCK):
+            s_t = tl.where(_allowed(q_pos, k_pos, offs_n, w, CAUSAL, True), s_t, float("-inf"))
+        dk, dv = dkdv_step(s_t, q, do, lse, delta, v, dk, dv, PRECISION)
     d = tl.arange(0, D)
     rows = cluster * D + offs_n[:, None] * D + d[None, :]
     inside_n = (offs_n < w)[:, None]
@@ -153,22 +195,27 @@ def _backward_dkdv(
     tl.store(DV + rows, dv, mask=inside_n)
 
 
+SEGMENT_ROWS = 32  # positions per program of :func:`segment_sum`
+
+
 @triton.jit
 def _segment_sum(
-    Y, ORDER, OFFSETS, OUT, n_rows, max_count,
+    Y, ORDER, OFFSETS, BOUNDS, OUT, n_rows,
     MEAN: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr,
 ):  # fmt: skip
     """Rows ``OUT[r] = sum of Y[ORDER[OFFSETS[r]:OFFSETS[r + 1]]]`` (divided by the count, at
-    least 1, when ``MEAN``), ``ROWS`` rows per program, accumulated in fp32. ``max_count`` is the
-    largest count (the loop's bound, passed in: Triton 3.6 failed to compile a bound taken from
-    ``tl.max`` of the counts on an H200)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    least 1, when ``MEAN``), ``ROWS`` rows per program, accumulated in fp32. ``BOUNDS[program]``
+    is the largest count among the program's rows: the loop's bound, read on the device (a bound
+    from ``tl.max`` of the counts did not compile in Triton 3.6, and one read on the host
+    synchronises)."""
+    program = tl.program_id(0)
+    rows = program * ROWS + tl.arange(0, ROWS)
     inside = rows < n_rows
     start = tl.load(OFFSETS + rows, mask=inside, other=0)
     count = tl.load(OFFSETS + rows + 1, mask=inside, other=0) - start
     d = tl.arange(0, D)
     acc = tl.zeros((ROWS, D), tl.float32)
-    for j in range(0, max_count):
+    for j in range(0, tl.load(BOUNDS + program)):
         has = j < count
         slot = tl.load(ORDER + start + j, mask=has, other=0).to(tl.int64)
         acc += tl.load(Y + slot[:, None] * D + d[None, :], mask=has[:, None], other=0.0).to(
@@ -180,23 +227,66 @@ def _segment_sum(
              mask=inside[:, None])  # fmt: skip
 
 
-def scatter_plan(idx: Tensor, T: int) -> tuple[Tensor, Tensor, Tensor, int]:
-    """What :func:`segment_sum` reads for the clusters ``idx`` ``(B, H, k, w)``: the flat
-    positions of the cluster slots ``(B H k w,)``, the slots sorted by position (stably, so each
-    position's slots stay in cluster order) ``(B H k w,)``, and each position's range in that
-    order, ``offsets`` ``(B H T + 1,)`` (a CSR), and the most clusters any position is in.
-    ``flat`` is int64, ``order`` and ``offsets`` int32. Reading the maximum synchronises with
-    the device once per plan."""
+@triton.jit
+def _slot_gradients(
+    GRAD, FLAT, OFFSETS, Y, DY, DELTA, n_slots, ROWS: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    """The mean's backward and FlashAttention's ``delta`` in one pass over the cluster slots:
+    ``DY[s] = GRAD[FLAT[s]] / count`` (rounded to ``DY``'s dtype) and
+    ``DELTA[s] = rowsum(DY[s] * Y[s])`` in fp32."""
+    slots = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    inside = slots < n_slots
+    pos = tl.load(FLAT + slots, mask=inside, other=0)
+    count = tl.load(OFFSETS + pos + 1, mask=inside, other=1) - tl.load(
+        OFFSETS + pos, mask=inside, other=0
+    )
+    d = tl.arange(0, D)
+    grad = tl.load(GRAD + pos.to(tl.int64)[:, None] * D + d[None, :], mask=inside[:, None],
+                   other=0.0).to(tl.float32)  # fmt: skip
+    dy = (grad / tl.maximum(count, 1).to(tl.float32)[:, None]).to(DY.dtype.element_ty)
+    rows = slots.to(tl.int64)[:, None] * D + d[None, :]
+    y = tl.load(Y + rows, mask=inside[:, None], other=0.0).to(tl.float32)
+    tl.store(DY + rows, dy, mask=inside[:, None])
+    tl.store(DELTA + slots, tl.sum(dy.to(tl.float32) * y, 1), mask=inside)
+
+
+class ScatterPlan(NamedTuple):
+    """Where the cluster slots of ``idx`` ``(B, H, k, w)`` go among the ``B H T`` positions,
+    for :func:`segment_sum`; all int32 and on ``idx``'s device.
+
+    - ``flat`` ``(B H k w,)``: each slot's flat position.
+    - ``order`` ``(B H k w,)``: the slots sorted by position, stably, so each position's slots
+      stay in cluster order.
+    - ``offsets`` ``(B H T + 1,)``: each position's range in ``order`` (a CSR).
+    - ``bounds`` ``(ceil(B H T / SEGMENT_ROWS),)``: the most slots of any position in each
+      program's rows.
+    """
+
+    flat: Tensor
+    order: Tensor
+    offsets: Tensor
+    bounds: Tensor
+
+
+def scatter_plan(idx: Tensor, T: int) -> ScatterPlan:
+    """The :class:`ScatterPlan` of the clusters ``idx`` ``(B, H, k, w)`` over ``T`` positions.
+    A sort, a binary search and a max, all on the device: nothing synchronises with the host.
+    Raises ``ValueError`` past 2**31 - 1 positions or slots (the int32 indices)."""
     B, H = idx.shape[:2]
-    flat = _flat_positions(idx, T)
-    order = torch.argsort(flat, stable=True).to(torch.int32)
-    offsets = flat.new_zeros(B * H * T + 1, dtype=torch.int32)
-    counts = torch.bincount(flat, minlength=B * H * T)
-    offsets[1:] = counts.cumsum(0)
-    return flat, order, offsets, int(counts.max())
+    n = B * H * T
+    if max(n, idx.numel()) >= 2**31:
+        raise ValueError(f"routing over {n:,} positions and {idx.numel():,} cluster slots "
+                         "exceeds the kernel's int32 indices; use a smaller batch")  # fmt: skip
+    flat = _flat_positions(idx, T).to(torch.int32)
+    keys, order = torch.sort(flat, stable=True)
+    rows = torch.arange(n + 1, device=idx.device, dtype=torch.int32)
+    offsets = torch.searchsorted(keys, rows, out_int32=True)  # slots before each position
+    counts = offsets.diff()
+    bounds = F.pad(counts, (0, -n % SEGMENT_ROWS)).view(-1, SEGMENT_ROWS).amax(1)
+    return ScatterPlan(flat, order.to(torch.int32), offsets, bounds)
 
 
-def segment_sum(y: Tensor, plan: tuple[Tensor, Tensor, Tensor, int], T: int, *, mean: bool,
+def segment_sum(y: Tensor, plan: ScatterPlan, T: int, *, mean: bool,
                 dtype: torch.dtype) -> Tensor:  # fmt: skip
     """Cluster rows ``y`` ``(B, H, k, w, D)`` back to positions ``(B, H, T, D)`` in ``dtype``:
     each position's sum over the clusters it appears in (the mean when ``mean``), zero where it
@@ -204,13 +294,27 @@ def segment_sum(y: Tensor, plan: tuple[Tensor, Tensor, Tensor, int], T: int, *, 
     autograd function below calls it in both passes). Equals
     :func:`zoo.kernels.routing.scatter_sum` / ``scatter_mean`` up to fp32 rounding."""
     B, H, _, _, D = y.shape
-    _, order, offsets, max_count = plan
     out = flash.empty((B, H, T, D), y, dtype)
-    rows = 32
-    _segment_sum[(triton.cdiv(B * H * T, rows),)](
-        y.contiguous(), order, offsets, out, B * H * T, max_count, MEAN=mean, ROWS=rows, D=D
-    )
+    _segment_sum[(plan.bounds.numel(),)](
+        y.contiguous(), plan.order, plan.offsets, plan.bounds, out, B * H * T, MEAN=mean,
+        ROWS=SEGMENT_ROWS, D=D,
+    )  # fmt: skip
     return out
+
+
+def slot_gradients(grad_out: Tensor, y: Tensor, plan: ScatterPlan) -> tuple[Tensor, Tensor]:
+    """The gradient reaching each cluster slot through the mean, ``dy`` ``(B, H, k, w, D)`` in
+    ``y``'s dtype, and ``delta = rowsum(dy * y)`` ``(B, H, k, w)`` fp32, from the positions'
+    gradient ``grad_out`` ``(B, H, T, D)`` and the cluster outputs ``y``."""
+    D = y.shape[-1]
+    dy = flash.empty(y.shape, y)
+    delta = flash.empty(y.shape[:-1], y, torch.float32)
+    rows = 64
+    _slot_gradients[(triton.cdiv(plan.flat.numel(), rows),)](
+        grad_out.contiguous(), plan.flat, plan.offsets, y, dy, delta, plan.flat.numel(),
+        ROWS=rows, D=D,
+    )  # fmt: skip
+    return dy, delta
 
 
 class _ClusterAttention(torch.autograd.Function):
@@ -243,12 +347,7 @@ class _ClusterAttention(torch.autograd.Function):
         q, k, v, q_idx, k_idx, y, lse = ctx.saved_tensors
         B, H, T, D = q.shape
         n_clusters, w = q_idx.shape[2:]
-        flat, _, offsets, _ = ctx.q_plan
-        # the mean's backward: each slot gets its position's gradient over the position's count
-        counts = (offsets[1:] - offsets[:-1]).clamp_(min=1)
-        dy = (grad_out.reshape(-1, D).float() / counts[:, None])[flat]
-        dy = dy.to(q.dtype).view(B, H, n_clusters, w, D)
-        delta = (dy.float() * y.float()).sum(-1)  # (B, H, k, w)
+        dy, delta = slot_gradients(grad_out, y, ctx.q_plan)
         dq_c, dk_c, dv_c = (flash.empty((B, H, n_clusters, w, D), q, torch.float32) for _ in "qkv")
         grid = (triton.cdiv(w, ctx.options["BLOCK"]), B * H * n_clusters)
         args = (T, w, n_clusters, ctx.scale * LOG2E, ctx.scale)

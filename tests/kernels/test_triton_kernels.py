@@ -224,12 +224,51 @@ def test_segment_sum_equals_index_add_and_is_deterministic(mean):
     want = (scatter_mean if mean else scatter_sum)(y, idx, T)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     counts = torch.zeros(B * H * T, device=DEVICE).index_add_(
-        0, plan[0], torch.ones_like(plan[0], dtype=torch.float32)
+        0, plan.flat, torch.ones_like(plan.flat, dtype=torch.float32)
     )
     assert (counts == 0).any() and (counts > 1).any(), "the clusters must cover both cases"
     assert (got.reshape(-1, D)[counts == 0] == 0).all()
     again = triton_routing.segment_sum(y, plan, T, mean=mean, dtype=torch.float32)
     assert torch.equal(got, again)
+
+
+def test_scatter_plan_is_a_csr_of_the_slots_with_per_program_bounds():
+    """The plan lists every slot once, grouped by position in cluster order, and each program's
+    bound is the largest count among its rows (so no slot is skipped and the loop stops early)."""
+    B, H, n_clusters, w, T = 2, 2, 4, 12, 96
+    idx = random_clusters(B, H, n_clusters, w, T, torch.Generator().manual_seed(2)).to(DEVICE)
+    plan = triton_routing.scatter_plan(idx, T)
+    assert all(x.dtype == torch.int32 for x in plan)
+    flat = plan.flat.long()
+    counts = torch.bincount(flat, minlength=B * H * T)
+    assert torch.equal(plan.offsets.diff().long(), counts)
+    order = plan.order.long()
+    assert torch.equal(order.sort().values, torch.arange(flat.numel(), device=DEVICE))
+    assert (flat[order].diff() >= 0).all(), "slots sorted by position"
+    same = flat[order][1:] == flat[order][:-1]
+    assert (order[1:][same] > order[:-1][same]).all(), "a position's slots in cluster order"
+    rows = triton_routing.SEGMENT_ROWS
+    padded = torch.nn.functional.pad(counts, (0, -counts.numel() % rows))
+    assert torch.equal(plan.bounds.long(), padded.view(-1, rows).amax(1))
+    assert plan.bounds.max() > 1 and plan.bounds.min() < plan.bounds.max()
+
+
+def test_slot_gradients_equal_the_means_backward_and_delta():
+    """Each slot's gradient is its position's gradient over the position's count, and
+    ``delta = rowsum(dy * y)``, as autograd through ``scatter_mean`` gives."""
+    from zoo.kernels.routing import scatter_mean
+
+    B, H, n_clusters, w, T, D = 2, 2, 3, 20, 36, 32
+    g = torch.Generator().manual_seed(4)
+    idx = random_clusters(B, H, n_clusters, w, T, g).to(DEVICE)
+    y = torch.randn(B, H, n_clusters, w, D, generator=g).to(DEVICE).requires_grad_()
+    grad_out = torch.randn(B, H, T, D, generator=g).to(DEVICE)
+    (want,) = torch.autograd.grad(scatter_mean(y, idx, T), y, grad_out)
+    dy, delta = triton_routing.slot_gradients(
+        grad_out, y.detach(), triton_routing.scatter_plan(idx, T)
+    )
+    torch.testing.assert_close(dy, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(delta, (want * y).sum(-1), rtol=1e-5, atol=1e-5)
 
 
 def test_routing_diagonal_shortcut_equals_the_general_walk():
