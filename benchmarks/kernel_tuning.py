@@ -75,19 +75,19 @@ def block_sparse_op(n: int, d: int, block: int, layout: str = "fixed"):
     return lambda: block_sparse_attention_triton(q, k, v, tables, block, d**-0.5)
 
 
-def routing_inputs(n: int, d: int):
+def routing_inputs(n: int, d: int, cluster: int = CLUSTER):
     q, _, v = _inputs(n, d)
     B, H = q.shape[:2]
-    w = min(CLUSTER, n)
+    w = min(cluster, n)
     g = torch.Generator(device=DEVICE).manual_seed(0)
     scores = torch.rand(B, H, n // w, n, generator=g, device=DEVICE)
     return q, v, scores.topk(w, -1).indices.sort(-1).values
 
 
-def routing_op(n: int, d: int, block: int):
+def routing_op(n: int, d: int, block: int, cluster: int = CLUSTER):
     from zoo.kernels.triton_routing import routing_attention_triton
 
-    q, v, idx = routing_inputs(n, d)
+    q, v, idx = routing_inputs(n, d, cluster)
     return lambda: routing_attention_triton(q, q, v, idx, block=block)
 
 
@@ -114,7 +114,7 @@ def sweep(op: str, make, n: int, d: int, configs, tile: int) -> list[dict]:
     return rows
 
 
-def routing_breakdown(n: int, d: int) -> dict:
+def routing_breakdown(n: int, d: int, cluster: int = CLUSTER) -> dict:
     """Milliseconds of the parts of one routing step at the default options: the whole op,
     the scatter back to positions (our :func:`segment_sum` against PyTorch's ``index_add``,
     :func:`zoo.kernels.routing.scatter_mean`), and dense causal SDPA over the same entries."""
@@ -122,7 +122,7 @@ def routing_breakdown(n: int, d: int) -> dict:
     from zoo.kernels.routing import scatter_mean
     from zoo.kernels.triton_routing import routing_attention_triton, scatter_plan, segment_sum
 
-    q, v, idx = routing_inputs(n, d)
+    q, v, idx = routing_inputs(n, d, cluster)
     B, H, n_clusters, w = idx.shape
     T = q.shape[2]
 
@@ -145,7 +145,7 @@ def routing_breakdown(n: int, d: int) -> dict:
             lambda: F.scaled_dot_product_attention(qc, qc, qc, is_causal=True)
         ),
     }
-    row = {"op": "routing", "n": n, "d": d, "breakdown": parts}
+    row = {"op": "routing", "n": n, "d": d, "w": w, "breakdown": parts}
     print(json.dumps(row), flush=True)
     return row
 
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parts", nargs="+", default=["block_sparse", "routing", "breakdown", "flex"],
                    choices=["block_sparse", "routing", "breakdown", "flex"])  # fmt: skip
     p.add_argument("--block", type=int, default=64, help="layout block size")
+    p.add_argument("--cluster", type=int, default=CLUSTER,
+                   help="routing: tokens per cluster (the routing presets have 128)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("docs/bench"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -288,9 +290,9 @@ def main(argv: list[str] | None = None) -> None:
             )
         elif part == "routing":
             for tile in args.routing_tiles:
-                rows += sweep("routing", routing_op(n, d, tile), n, d, configs, tile)
+                rows += sweep("routing", routing_op(n, d, tile, args.cluster), n, d, configs, tile)
         elif part == "breakdown":
-            rows.append(routing_breakdown(n, d))
+            rows.append(routing_breakdown(n, d, args.cluster))
         else:
             rows += flex(n, d, args.block)
     env = environment()

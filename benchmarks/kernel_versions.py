@@ -11,9 +11,10 @@ The other checkout's ``kernels/triton_flash.py``, ``triton_block_sparse.py`` and
 ``triton_flash``. Everything else (plans, tables, the PyTorch ops) is this checkout's. Both
 versions then run on the same inputs, at the shapes of ``python -m benchmarks.kernels``: the fixed
 layout (stride 512, c = one block) for block-sparse attention, shared causal clusters of 512
-random sorted positions for routing. The versions take turns for ``--rounds`` rounds; each time is
-``triton.testing.do_bench``'s median, and the table gives the median over the rounds, with dense
-causal SDPA over the same sequence as the yardstick. On a CPU it runs only under
+random sorted positions for routing (``--cluster``: the routing presets have 128). The versions
+take turns for ``--rounds`` rounds; each time is ``triton.testing.do_bench``'s median, and the
+table gives the median over the rounds, with dense causal SDPA over the same sequence as the
+yardstick. On a CPU it runs only under
 ``TRITON_INTERPRET=1``, for the tests. Writes ``kernel_versions_{gpu,cpu}.md`` and ``.json`` to
 ``--out``.
 """
@@ -90,7 +91,8 @@ def _inputs(n: int, d: int, requires_grad: bool):
                         requires_grad=requires_grad) for _ in range(3)]  # fmt: skip
 
 
-def op(kind: str, module: ModuleType, n: int, d: int, block: int, backward: bool):
+def op(kind: str, module: ModuleType, n: int, d: int, block: int, backward: bool,
+       cluster: int = CLUSTER):  # fmt: skip
     """A callable running one pass (forward, or forward and backward) of ``kind`` through the
     Triton module ``module``."""
     q, k, v = _inputs(n, d, backward)
@@ -106,7 +108,7 @@ def op(kind: str, module: ModuleType, n: int, d: int, block: int, backward: bool
             return module.block_sparse_attention_triton(q, k, v, tables, block, d**-0.5)
     else:
         B, H = q.shape[:2]
-        w = min(CLUSTER, n)
+        w = min(cluster, n)
         g = torch.Generator(device=DEVICE).manual_seed(0)
         idx = torch.rand(B, H, n // w, n, generator=g, device=DEVICE).topk(w, -1).indices
         idx = idx.sort(-1).values
@@ -134,7 +136,8 @@ def sdpa(n: int, d: int, backward: bool):
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
 
 
-def measure(new: dict, old: dict, sizes, d: int, block: int, rounds: int, ops=OPS) -> list[dict]:
+def measure(new: dict, old: dict, sizes, d: int, block: int, rounds: int, ops=OPS,
+            cluster: int = CLUSTER) -> list[dict]:  # fmt: skip
     """One row per (op, n, pass): the median over ``rounds`` of each version's time, the
     versions taking turns within every round."""
     bench = timer(CUDA)
@@ -143,13 +146,14 @@ def measure(new: dict, old: dict, sizes, d: int, block: int, rounds: int, ops=OP
         module = f"triton_{kind}"
         for n in sizes:
             for backward in (False, True):
-                runs = {"new": op(kind, new[module], n, d, block, backward),
-                        "old": op(kind, old[module], n, d, block, backward)}  # fmt: skip
+                runs = {"new": op(kind, new[module], n, d, block, backward, cluster),
+                        "old": op(kind, old[module], n, d, block, backward, cluster)}  # fmt: skip
                 times = {name: [] for name in runs}
                 for _ in range(rounds):
                     for name, fn in runs.items():
                         times[name].append(bench(fn))
-                row = {"op": kind, "n": n, "d": d, "pass": "fwd+bwd" if backward else "fwd",
+                row = {"op": kind if kind == "block_sparse" else f"routing w={min(cluster, n)}",
+                       "n": n, "d": d, "pass": "fwd+bwd" if backward else "fwd",
                        **{f"{name}_ms": statistics.median(t) for name, t in times.items()},
                        "sdpa_ms": bench(sdpa(n, d, backward))}  # fmt: skip
                 rows.append(row)
@@ -185,12 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64, help="layout block size")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cluster", type=int, default=CLUSTER,
+                   help="routing: tokens per cluster (the routing presets have 128)")  # fmt: skip
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     p.add_argument("--out", type=Path, default=Path("docs/bench"))
     args = p.parse_args(argv)
     new = {m: importlib.import_module(f"zoo.kernels.{m}") for m in MODULES}
     old = load_kernels(args.old)
-    rows = measure(new, old, args.sizes, args.head_dim, args.block, args.rounds, args.ops)
+    rows = measure(new, old, args.sizes, args.head_dim, args.block, args.rounds, args.ops,
+                   args.cluster)  # fmt: skip
     env = environment()
     env["command"] = env["command"].replace("benchmarks.kernels", "benchmarks.kernel_versions", 1)
     text = report(rows, env, str(args.old))

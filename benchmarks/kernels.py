@@ -140,9 +140,9 @@ def _listed(plan: BlockSparsePlan, n_heads: int) -> float:
     return t.n_blocks / t.n_layout_heads
 
 
-def _op_routing(method: str, q, k, v, cuda: bool):
+def _op_routing(method: str, q, k, v, cuda: bool, cluster: int = CLUSTER):
     B, H, n, D = q.shape
-    w = min(CLUSTER, n)
+    w = min(cluster, n)
     n_clusters = n // w
     g = torch.Generator(device=q.device).manual_seed(0)
     scores = torch.rand(B, H, n_clusters, n, generator=g, device=q.device)
@@ -175,7 +175,7 @@ def measure(op: str, layout: str, method: str, n: int, d: int, block: int) -> li
         if op == "block_sparse":
             made = _op_block_sparse(method, q, k, v, pattern(layout, block), block, cuda)
         else:
-            made = _op_routing(method, q, k, v, cuda)
+            made = _op_routing(method, q, k, v, cuda, int(layout.removeprefix("w=")))
         if isinstance(made, str):
             return [{**base, "pass": p, "error": made} for p in ("fwd", "fwd+bwd")]
         fn, entries = made
@@ -297,6 +297,13 @@ def main(argv: list[str] | None = None) -> None:
         "--ops", nargs="+", default=["block_sparse", "routing"], choices=["block_sparse", "routing"]
     )
     p.add_argument("--block", type=int, default=64, help="layout block size (and Flex's)")
+    p.add_argument(
+        "--clusters",
+        type=int,
+        nargs="+",
+        default=[CLUSTER],
+        help="routing: tokens per cluster (the routing presets have 4,096 / 32 = 128)",
+    )
     p.add_argument("--out", type=Path, default=Path("docs/bench"))
     args = p.parse_args(argv)  # fmt: skip
     from rich.progress import track
@@ -310,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
         if "block_sparse" in args.ops
     ]
     jobs += [
-        ("routing", f"w={CLUSTER}", m, n, d)
+        ("routing", f"w={w}", m, n, d)
+        for w in args.clusters
         for m in args.methods
         if m != "flex" and "routing" in args.ops
         for n in args.sizes

@@ -31,6 +31,22 @@ def test_cpu_run_writes_a_table_with_the_environment(tmp_path, monkeypatch):
     assert "| block_sparse | causal | 256 | 64 | fwd | 0.625 | needs CUDA |" in text
 
 
+def test_routing_rows_take_each_cluster_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bench.main(["--sizes", "256", "--head-dims", "16", "--ops", "routing", "--methods", "torch",
+                "--clusters", "64", "128", "--out", str(tmp_path)])  # fmt: skip
+    rows = json.loads((tmp_path / "kernels_cpu.json").read_text())["rows"]
+    assert [(r["layout"], r["pass"]) for r in rows] == [
+        ("w=64", "fwd"), ("w=64", "fwd+bwd"), ("w=128", "fwd"), ("w=128", "fwd+bwd")
+    ]  # fmt: skip
+    assert all(r["ms"] > 0 for r in rows)
+    # 4 clusters of 64 or 2 of 128: (n / w) * w (w + 1) / 2 entries per (batch, head)
+    per_head = {r["layout"]: r["tflops"] * r["ms"] * 1e9 / (4 * 16 * 2) for r in rows
+                if r["pass"] == "fwd"}  # fmt: skip
+    assert per_head["w=64"] == pytest.approx(4 * 64 * 65 / 2)
+    assert per_head["w=128"] == pytest.approx(2 * 128 * 129 / 2)
+
+
 def test_report_computes_flex_over_triton():
     env = {"device": "GPU X", "torch": "t"}
     key = {"op": "block_sparse", "layout": "fixed", "n": 1024, "d": 64, "pass": "fwd"}

@@ -27,10 +27,10 @@ def test_the_other_checkouts_kernels_load_beside_ours_on_their_own_flash(tmp_pat
 
 def test_rows_time_both_versions_on_each_pass_and_the_report_divides_them():
     new = {"triton_block_sparse": triton_block_sparse, "triton_routing": triton_routing}
-    rows = versions.measure(new, versions.load_kernels(REPO), [64], 16, 16, rounds=1)
+    rows = versions.measure(new, versions.load_kernels(REPO), [64], 16, 16, rounds=1, cluster=32)
     assert [(r["op"], r["pass"]) for r in rows] == [
-        ("block_sparse", "fwd"), ("block_sparse", "fwd+bwd"), ("routing", "fwd"),
-        ("routing", "fwd+bwd"),
+        ("block_sparse", "fwd"), ("block_sparse", "fwd+bwd"), ("routing w=32", "fwd"),
+        ("routing w=32", "fwd+bwd"),
     ]  # fmt: skip
     assert all(r["new_ms"] > 0 and r["old_ms"] > 0 and r["sdpa_ms"] > 0 for r in rows)
     row = {"op": "routing", "n": 4096, "d": 64, "pass": "fwd", "new_ms": 0.5, "old_ms": 0.75,
