@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import CLUSTER, environment, pattern, shape, timer
+from benchmarks.kernels import CLUSTER, environment, header, pattern, shape, timer
 
 KERNELS = ("forward", "dq", "dkdv")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -222,8 +222,7 @@ def report(rows: list[dict], env: dict) -> str:
     routing breakdowns and the Flex variants."""
     from zoo.kernels.triton_flash import default_launch_options
 
-    lines = [f"# Kernel launch options: {env['device']}", ""]
-    lines += [f"- {k}: {v}" for k, v in env.items() if k != "device"]
+    lines = header("Kernel launch options", env)
     lines += [
         "",
         "Milliseconds of the pass that holds the kernel (`--help`); default = "

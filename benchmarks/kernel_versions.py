@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import zoo.kernels
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import CLUSTER, environment, pattern, shape, timer
+from benchmarks.kernels import CLUSTER, environment, header, pattern, shape, timer
 
 MODULES = ("triton_block_sparse", "triton_routing")
 OPS = ("block_sparse", "routing")
@@ -164,8 +164,7 @@ def measure(new: dict, old: dict, sizes, d: int, block: int, rounds: int, ops=OP
 
 
 def report(rows: list[dict], env: dict, old: str) -> str:
-    lines = [f"# Triton kernels, this checkout against {old}: {env['device']}", ""]
-    lines += [f"- {k}: {v}" for k, v in env.items() if k != "device"]
+    lines = header(f"Triton kernels, this checkout against {old}", env)
     lines += [
         "",
         "Milliseconds (`--help`). old ÷ new > 1 means this checkout is faster.",

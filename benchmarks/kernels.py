@@ -240,14 +240,20 @@ def environment() -> dict:
     return env
 
 
+def header(title: str, env: dict) -> list[str]:
+    """A table's first lines: ``# title: device``, then one bullet per other :func:`environment`
+    entry."""
+    return [f"# {title}: {env['device']}", "", *(f"- {k}: {v}" for k, v in env.items()
+                                               if k != "device")]  # fmt: skip
+
+
 def report(rows: list[dict], env: dict) -> str:
     """The markdown table: one line per (op, layout, n, d, pass), one column pair per method."""
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
     keys = sorted({(r["op"], r["layout"], r["n"], r["d"], r["pass"]) for r in rows},
                   key=lambda k: (k[0], k[1], k[3], k[4], k[2]))  # fmt: skip
     cell = {(r["op"], r["layout"], r["n"], r["d"], r["pass"], r["method"]): r for r in rows}
-    lines = [f"# Kernel benchmark: {env['device']}", ""]
-    lines += [f"- {k}: {v}" for k, v in env.items() if k != "device"]
+    lines = header("Kernel benchmark", env)
     lines += [
         "",
         "Milliseconds and TFLOP/s on the computed entries; density = computed entries / n^2 (see",
