@@ -30,7 +30,15 @@ from pathlib import Path
 import torch
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import CLUSTER, environment, header, pattern, shape, timer
+from benchmarks.kernels import (
+    CLUSTER,
+    cluster_indices,
+    environment,
+    header,
+    pattern,
+    shape,
+    timer,
+)
 
 KERNELS = ("forward", "dq", "dkdv")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,10 +86,7 @@ def block_sparse_op(n: int, d: int, block: int, layout: str = "fixed"):
 def routing_inputs(n: int, d: int, cluster: int = CLUSTER):
     q, _, v = _inputs(n, d)
     B, H = q.shape[:2]
-    w = min(cluster, n)
-    g = torch.Generator(device=DEVICE).manual_seed(0)
-    scores = torch.rand(B, H, n // w, n, generator=g, device=DEVICE)
-    return q, v, scores.topk(w, -1).indices.sort(-1).values
+    return q, v, cluster_indices(B, H, n, min(cluster, n), DEVICE)
 
 
 def routing_op(n: int, d: int, block: int, cluster: int = CLUSTER):

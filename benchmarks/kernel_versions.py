@@ -35,7 +35,15 @@ import torch.nn.functional as F
 import zoo.kernels
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import CLUSTER, environment, header, pattern, shape, timer
+from benchmarks.kernels import (
+    CLUSTER,
+    cluster_indices,
+    environment,
+    header,
+    pattern,
+    shape,
+    timer,
+)
 
 MODULES = ("triton_block_sparse", "triton_routing")
 OPS = ("block_sparse", "routing")
@@ -107,11 +115,7 @@ def op(kind: str, module: ModuleType, n: int, d: int, block: int, backward: bool
         def attend():
             return module.block_sparse_attention_triton(q, k, v, tables, block, d**-0.5)
     else:
-        B, H = q.shape[:2]
-        w = min(cluster, n)
-        g = torch.Generator(device=DEVICE).manual_seed(0)
-        idx = torch.rand(B, H, n // w, n, generator=g, device=DEVICE).topk(w, -1).indices
-        idx = idx.sort(-1).values
+        idx = cluster_indices(*q.shape[:2], n, min(cluster, n), DEVICE)
 
         def attend():
             return module.routing_attention_triton(q, k, v, idx)

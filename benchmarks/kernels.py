@@ -140,13 +140,19 @@ def _listed(plan: BlockSparsePlan, n_heads: int) -> float:
     return t.n_blocks / t.n_layout_heads
 
 
+def cluster_indices(B: int, H: int, n: int, w: int, device) -> torch.Tensor:
+    """The routing benchmarks' clusters: ``n // w`` clusters of ``w`` distinct random positions
+    each, in time order, per (batch, head), int64 ``(B, H, n // w, w)``; seed 0."""
+    g = torch.Generator(device=device).manual_seed(0)
+    scores = torch.rand(B, H, n // w, n, generator=g, device=device)
+    return scores.topk(w, -1).indices.sort(-1).values
+
+
 def _op_routing(method: str, q, k, v, cuda: bool, cluster: int = CLUSTER):
     B, H, n, D = q.shape
     w = min(cluster, n)
     n_clusters = n // w
-    g = torch.Generator(device=q.device).manual_seed(0)
-    scores = torch.rand(B, H, n_clusters, n, generator=g, device=q.device)
-    q_idx = scores.topk(w, -1).indices.sort(-1).values
+    q_idx = cluster_indices(B, H, n, w, q.device)
     entries = n_clusters * w * (w + 1) / 2
     if method == "sdpa":
         qc, kc, vc = (x[:, :, : n_clusters * w].reshape(B, H * n_clusters, w, D) for x in (q, k, v))
