@@ -211,6 +211,20 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     assert summary == {"global_step": 6} | after
 
 
+def test_run_dir_moves_every_output_of_the_run(tmp_path, monkeypatch):
+    """`--run_dir` reaches the recipe's two ModelCheckpoints and its logger, so a second seed of
+    a recipe does not write into the first run's folder."""
+    monkeypatch.chdir(tmp_path)
+    zoo("fit", "--trainer.max_steps=2", "--trainer.val_check_interval=2",
+        "--trainer.limit_val_batches=1", "--model.init_args.model=transformer_lm_tiny",
+        "--seed_everything=1", "--run_dir=runs/seed1")  # fmt: skip
+    run = tmp_path / "runs/seed1"
+    assert {p.name for p in (run / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt"}
+    assert list(run.glob("logs/version_*/metrics.csv"))
+    assert (run / "training_summary.json").is_file()
+    assert not (tmp_path / "runs/transformer_lm").exists()  # the recipe's own folder
+
+
 def test_pattern_command_draws_png(tmp_path, capsys):
     out = tmp_path / "fixed.png"
     main(["pattern", "fixed", "--out", str(out), "--n", "32", "--stride", "8", "--c", "2"])

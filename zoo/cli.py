@@ -96,6 +96,14 @@ class ZooCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults({"trainer.precision": default_precision()})
+        parser.add_argument(
+            "--run_dir",
+            type=str | None,
+            default=None,
+            help="write the whole run here: sets trainer.default_root_dir, the logger's save_dir "
+            "and every ModelCheckpoint's dirpath (RUN_DIR/checkpoints), e.g. to train a recipe "
+            "again with --seed_everything 1 without overwriting the first run",
+        )
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
@@ -142,6 +150,7 @@ class ZooCLI(LightningCLI):
         return super().instantiate_trainer(**{**getattr(self, "_integer_limits", {}), **kwargs})
 
     def before_instantiate_classes(self) -> None:
+        self._apply_run_dir()
         used = self._model_init_args()
         init_args = self._model_init_args(namespace=True)
         for key in CKPT_PATH_HONOURED:  # not part of the model: the command line's value wins
@@ -158,6 +167,31 @@ class ZooCLI(LightningCLI):
                 "settings, load them in a script (zoo.tasks.CausalLM.load_from_checkpoint).",
                 stacklevel=1,
             )
+
+    def _apply_run_dir(self) -> None:
+        """``--run_dir DIR`` moves every output of the run under DIR.
+
+        A recipe names its run directory three times (``trainer.default_root_dir``, the logger's
+        ``save_dir``, each ``ModelCheckpoint``'s ``dirpath``); one ``--trainer...`` override cannot
+        reach the callbacks' list entries, so a second run would write its checkpoints into the
+        first run's folder.
+        """
+        config = self.config.get(self.config.get("subcommand") or "", self.config)
+        run_dir = config.get("run_dir") if config is not None else None
+        if not run_dir or config.get("trainer") is None:
+            return
+        trainer = config["trainer"]
+        trainer["default_root_dir"] = run_dir
+        loggers = trainer.get("logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            init_args = getattr(logger, "init_args", None)
+            if init_args is not None and "save_dir" in init_args:
+                init_args["save_dir"] = run_dir
+        for callback in trainer.get("callbacks") or []:
+            class_path = str(getattr(callback, "class_path", ""))
+            init_args = getattr(callback, "init_args", None)
+            if class_path.endswith("ModelCheckpoint") and init_args is not None:
+                init_args["dirpath"] = str(Path(run_dir) / "checkpoints")
 
     def _model_init_args(self, namespace: bool = False):
         """The model's init_args as a dict (``namespace``: the config's Namespace, or None)."""
