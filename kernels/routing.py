@@ -25,6 +25,7 @@ from torch import Tensor
 from zoo.kernels.sdpa import sdpa
 
 __all__ = [
+    "flat_positions",
     "gather_clusters",
     "routing_attention_ref",
     "routing_attention_torch",
@@ -45,7 +46,7 @@ def scatter_sum(y: Tensor, idx: Tensor, T: int) -> Tensor:
     """Cluster rows ``y`` ``(B, H, k, w, D)`` summed into ``(B, H, T, D)`` at ``idx``: zero where
     a position appears in no cluster (differentiable in ``y``)."""
     B, H, k, w, D = y.shape
-    flat = _flat_positions(idx, T)
+    flat = flat_positions(idx, T)
     return y.new_zeros(B * H * T, D).index_add(0, flat, y.reshape(-1, D)).view(B, H, T, D)
 
 
@@ -53,12 +54,14 @@ def scatter_mean(y: Tensor, idx: Tensor, T: int) -> Tensor:
     """Cluster outputs ``y`` ``(B, H, k, w, D)`` back to ``(B, H, T, D)`` at ``idx``: the mean over
     the clusters a position appears in, zero where it appears in none (differentiable in ``y``)."""
     B, H = y.shape[:2]
-    counts = torch.bincount(_flat_positions(idx, T), minlength=B * H * T).clamp_(min=1)
+    counts = torch.bincount(flat_positions(idx, T), minlength=B * H * T).clamp_(min=1)
     return scatter_sum(y, idx, T) / counts.view(B, H, T, 1).to(y.dtype)
 
 
-def _flat_positions(idx: Tensor, T: int) -> Tensor:
-    """``idx`` ``(B, H, k, w)`` -> rows of the flattened ``(B H T)`` positions, ``(B H k w,)``."""
+def flat_positions(idx: Tensor, T: int) -> Tensor:
+    """Cluster members ``idx`` ``(B, H, k, w)`` int64 (positions in ``[0, T)``) as rows of the
+    flattened ``(B H T)`` positions: ``(B H k w,)`` int64, in cluster-slot order. The index that
+    :func:`scatter_sum` adds at, and that the Triton path sorts into its scatter plan."""
     B, H = idx.shape[:2]
     return (idx + torch.arange(B * H, device=idx.device).view(B, H, 1, 1) * T).reshape(-1)
 

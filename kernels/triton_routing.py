@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 from zoo.kernels import triton_flash as flash
-from zoo.kernels.routing import _flat_positions
+from zoo.kernels.routing import flat_positions
 from zoo.kernels.triton_flash import (
     LOG2E,
     dkdv_step,
@@ -277,7 +277,7 @@ def scatter_plan(idx: Tensor, T: int) -> ScatterPlan:
     if max(n, idx.numel()) >= 2**31:
         raise ValueError(f"routing over {n:,} positions and {idx.numel():,} cluster slots "
                          "exceeds the kernel's int32 indices; use a smaller batch")  # fmt: skip
-    flat = _flat_positions(idx, T).to(torch.int32)
+    flat = flat_positions(idx, T).to(torch.int32)
     keys, order = torch.sort(flat, stable=True)
     rows = torch.arange(n + 1, device=idx.device, dtype=torch.int32)
     offsets = torch.searchsorted(keys, rows, out_int32=True)  # slots before each position
