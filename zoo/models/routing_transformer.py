@@ -302,6 +302,28 @@ register_preset(
     RoutingTransformerConfig(**{**_SMALL, "n_local_heads": 8, "window": 4096}),
     "the small model with dense causal attention (window = context): the full-attention baseline",
 )
+# GPU size, as sparse_transformer_strided_8k (8 layers, d 512, 8 heads of 64, context 8,192, rotary):
+# the paper's PG-19 layout with its window and k guesses of routing_transformer_pg19 (window 256,
+# k = 32 clusters of 256), and the same model with every head local (the routing ablation).
+_GPU_8K = dict(
+    vocab_size=256, max_seq_len=8192, d_model=512, n_layers=8, n_heads=8, d_ff=2048, dropout=0.0,
+    position="rotary", tie_weights=True, scale_embeddings=False, window=256, n_clusters=32,
+)  # fmt: skip
+register_preset(
+    "routing_transformer_top2_8k",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_GPU_8K, n_local_heads=6, n_routing_layers=2, routing="causal"),
+    "the paper's PG-19 layout at GPU size: 8 layers, d=512, 8 rotary local heads (window 256), of "
+    "which the top 2 layers route 2 (causal routing, k=32 clusters of 256), context 8192 "
+    "(recipes/routing_transformer/pg19mini_gpu.yaml)",
+)
+register_preset(
+    "routing_transformer_local_8k",
+    RoutingTransformerLM,
+    RoutingTransformerConfig(**_GPU_8K, n_local_heads=8),
+    "routing_transformer_top2_8k with all 8 heads local (window 256) in every layer: its routing "
+    "ablation (recipes/routing_transformer/pg19mini_gpu_local.yaml)",
+)
 register_preset(
     "routing_transformer_pg19",
     RoutingTransformerLM,
