@@ -29,6 +29,8 @@ Arguments after ``--`` go to every ``zoo fit`` (e.g. ``-- --trainer.max_steps 2`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -51,6 +53,7 @@ def measure(run: Path, spacing: int, log, windows: int | None = None) -> None:
     from zoo.cli import main as zoo
 
     results = run / "results.json"
+    source = str(run) if run.is_absolute() else f"./{run}"  # a path, never read as a Hub repo id
     some = ["--windows", str(windows)] if windows else []
     blocks = ["--blocks", str(windows)] if windows else []
     steps = [
@@ -64,10 +67,15 @@ def measure(run: Path, spacing: int, log, windows: int | None = None) -> None:
     ]  # fmt: skip
     for args in steps:
         t = time.time()
+        err = io.StringIO()
         try:
-            zoo(["evaluate", str(run), "--precision", "32-true", *args])
-        except SystemExit as e:  # a zoo error: say so, and go on with the next measurement
-            log(f"evaluate {' '.join(args)}: exit {e.code}")
+            with contextlib.redirect_stderr(err):
+                zoo(["evaluate", source, "--precision", "32-true", *args])
+        except SystemExit as e:  # a zoo error: say which, and go on with the next measurement
+            why = err.getvalue().strip().splitlines()[-1:] or [""]
+            log(f"evaluate {' '.join(args)}: exit {e.code}: {why[0]}")
+        finally:
+            sys.stderr.write(err.getvalue())
         log(f"evaluate {' '.join(args[:3])}: {time.time() - t:.1f} s")
 
 
