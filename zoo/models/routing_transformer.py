@@ -305,10 +305,9 @@ register_preset(
 # GPU size, as sparse_transformer_strided_8k (8 layers, d 512, 8 heads of 64, context 8,192, rotary):
 # the paper's PG-19 layout with its window and k guesses of routing_transformer_pg19 (window 256,
 # k = 32 clusters of 256), and the same model with every head local (the routing ablation).
-_GPU_8K = dict(
-    vocab_size=256, max_seq_len=8192, d_model=512, n_layers=8, n_heads=8, d_ff=2048, dropout=0.0,
-    position="rotary", tie_weights=True, scale_embeddings=False, window=256, n_clusters=32,
-)  # fmt: skip
+_GPU_8K = _SMALL | dict(
+    max_seq_len=8192, d_model=512, n_layers=8, d_ff=2048, position="rotary", window=256
+)
 register_preset(
     "routing_transformer_top2_8k",
     RoutingTransformerLM,
