@@ -47,7 +47,7 @@ def run_dir_of(recipe: Path) -> Path:
     return Path(yaml.safe_load(recipe.read_text())["trainer"]["default_root_dir"])
 
 
-def measure(run: Path, spacing: int, log, windows: int | None = None) -> None:
+def measure(run: Path, spacing: int | None, log, windows: int | None = None) -> None:
     """Whole-split bits/byte, bits by position and by context of ``run``'s best checkpoint
     (``windows``: only the first windows / blocks, for a smoke run)."""
     from zoo.cli import main as zoo
@@ -56,14 +56,13 @@ def measure(run: Path, spacing: int, log, windows: int | None = None) -> None:
     source = str(run) if run.is_absolute() else f"./{run}"  # a path, never read as a Hub repo id
     some = ["--windows", str(windows)] if windows else []
     blocks = ["--blocks", str(windows)] if windows else []
+    blocks += ["--block-spacing", str(spacing)] if spacing else []  # default: the model's context
     steps = [
         ["--split", "test", "--out", str(results), *some],
         ["--split", "valid", "--out", str(results), *some],
         ["--split", "test", "--by-position", "--out-dir", str(run / "by_position"), *some],
-        ["--split", "test", "--by-context", "--block-spacing", str(spacing),
-         "--out-dir", str(run / "by_context"), *blocks],
-        ["--split", "valid", "--by-context", "--block-spacing", str(spacing),
-         "--out-dir", str(run / "by_context_valid"), *blocks],
+        ["--split", "test", "--by-context", "--out-dir", str(run / "by_context"), *blocks],
+        ["--split", "valid", "--by-context", "--out-dir", str(run / "by_context_valid"), *blocks],
     ]  # fmt: skip
     for args in steps:
         t = time.time()
@@ -115,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipes", nargs="+", help="RECIPE.yaml[:no-weights], trained in turn")
     parser.add_argument("--out", type=Path, required=True, help="folder packed for the transfer")
-    parser.add_argument("--block-spacing", type=int, default=2048, help="--by-context's spacing")
+    parser.add_argument("--block-spacing", type=int,
+                        help="--by-context's spacing (default: zoo evaluate's)")  # fmt: skip
     parser.add_argument("--deadline", type=float, default=float("inf"),
                         help="seconds from the start after which no step starts")  # fmt: skip
     parser.add_argument("--piece-mb", type=int, default=15)
