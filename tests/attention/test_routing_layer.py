@@ -232,6 +232,33 @@ def test_loaded_centroids_are_not_refitted():
     assert fresh.revived == 0
 
 
+@pytest.mark.parametrize("split", ["farthest", "two_means"])
+def test_kmeans_init_and_revival_stay_fp32_under_autocast(split):
+    """bf16-mixed training calls ``update`` under autocast: the k-means init and the revival
+    splits must still compute in fp32 and move the centroids exactly as without it (they ran
+    their matrix products in bf16 before, and moved different centroids)."""
+    g = torch.Generator().manual_seed(0)
+    spread = torch.randn(2, 2, 1024, 16, generator=g)  # the init spreads 16 centroids over it
+    blobs = 3 * torch.randn(1, 2, 4, 16, generator=g)  # later batches: 4 blobs per head
+    later = [
+        blobs.repeat_interleave(256, 2) + torch.randn(2, 2, 1024, 16, generator=g)
+        for _ in range(2)
+    ]
+
+    def fresh():
+        torch.manual_seed(1)
+        return SphericalKMeans(2, 16, 16, init="kmeans", revive_below=0.5, revive_split=split)
+
+    plain, mixed = fresh(), fresh()
+    for xs in [spread, *later]:
+        plain.update(xs)
+        with torch.autocast("cpu", torch.bfloat16):
+            mixed.update(xs)
+    assert plain.revived > 0, "the test needs revival splits"
+    assert mixed.revived == plain.revived
+    torch.testing.assert_close(mixed.centroids, plain.centroids, rtol=0, atol=1e-6)
+
+
 def test_dead_centroids_are_revived_by_splitting_the_largest_cluster():
     """Two centroids own the data and two are orthogonal to it: with revive_below each takes half
     of the largest cluster, and after a few updates every cluster holds > 1/4 of its share."""

@@ -190,14 +190,26 @@ class SphericalKMeans(nn.Module):
         first: every process applies the update of the global batch, which is what one process
         would do with the whole batch (Roy et al. 2020, §4.1: an exponential moving average of
         the queries and keys assigned to the centroid; tests/test_ddp.py).
+
+        Everything here runs in fp32 with autocast off, as :meth:`scores` does: under
+        ``bf16-mixed`` training, autocast used to run the k-means init's and revival's matrix
+        products in bf16: after one early training batch of ``routing_transformer_small``,
+        the revived centroids of its 4 layers differed from fp32's in 8, 83, 108 and 122 of 128
+        (docs/long_context.md §5p).
         """
+        with torch.autocast(q.device.type, enabled=False):  # fp32 under bf16-mixed training
+            self._update(q, k, padding_mask, q_clusters)
+
+    def _update(
+        self, q: Tensor, k: Tensor | None, padding_mask: Tensor | None, q_clusters: Tensor | None
+    ) -> None:
         self._keep_fp32()
         both, both_mask = q, padding_mask  # the vectors init and revival look at
         if k is not None:
             both = torch.cat([q, k], 2)
             both_mask = None if padding_mask is None else torch.cat([padding_mask] * 2, 1)
         if self.needs_init:
-            self.fit(both, both_mask)
+            self._fit(both, both_mask)
             q_clusters = None
         sums, counts = self._sums(q, padding_mask, q_clusters)
         if k is None:
@@ -228,7 +240,11 @@ class SphericalKMeans(nn.Module):
     def fit(self, x: Tensor, padding_mask: Tensor | None = None) -> None:
         """Fit the centroids to ``x`` ``(B, H, T, D)``: k-means++ seeds, then ``init_iters`` Lloyd
         steps of spherical k-means, per head. Under ``torch.distributed`` rank 0's fit is
-        broadcast, so every process starts from the same centroids."""
+        broadcast, so every process starts from the same centroids. fp32, also under autocast."""
+        with torch.autocast(x.device.type, enabled=False):
+            self._fit(x, padding_mask)
+
+    def _fit(self, x: Tensor, padding_mask: Tensor | None) -> None:
         self._keep_fp32()
         v = self._vectors(x, padding_mask)  # (H, N, D)
         H, N, D = v.shape
