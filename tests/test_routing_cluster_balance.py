@@ -69,3 +69,23 @@ def test_replay_updates_copies_of_the_centroids_with_each_rule():
 def test_a_bad_revival_rule_is_a_one_line_error(rule):
     with pytest.raises(SystemExit, match=f"^error: bad revival rule '{rule}': write BELOW:SPLIT"):
         cluster_balance.main(["--model", "no_such_model", "--replay", rule])
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_replay_can_call_the_update_as_bf16_mixed_training_does(monkeypatch, bf16):
+    """``--bf16``: bf16 queries, and the update under CPU bf16 autocast, as Lightning's
+    ``bf16-mixed`` training calls it; without it, fp32 queries and no autocast."""
+    seen = []
+    update = cluster_balance.SphericalKMeans.update
+
+    def spy(self, q, *args, **kwargs):
+        seen.append((q.dtype, torch.is_autocast_enabled("cpu")))
+        return update(self, q, *args, **kwargs)
+
+    monkeypatch.setattr(cluster_balance.SphericalKMeans, "update", spy)
+    torch.manual_seed(0)
+    model = zoo.create_model("routing_transformer_tiny", routing="causal")
+    batches = [torch.randint(0, 256, (2, 16)) for _ in range(2)]
+    (result,) = cluster_balance.replay(model, batches, ["0.25:farthest"], bf16=bf16)
+    want = (torch.bfloat16, True) if bf16 else (torch.float32, False)
+    assert seen == [want, want] and len(result.batch_min) == 2

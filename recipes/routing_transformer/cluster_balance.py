@@ -16,7 +16,8 @@ queries: for each revival rule (``revive_below``, ``revive_split`` of
 :class:`zoo.attention.routing.SphericalKMeans`, e.g. ``0.25:farthest``), a copy of the model's
 centroids takes one EMA update per batch, as in training, and the per-batch minimum occupancy is
 logged before each revival, as ``train/routing/occupancy_min`` is. The network's weights do not move,
-so this tests a rule in minutes, not what a whole training run does with it.
+so this tests a rule in minutes, not what a whole training run does with it. ``--bf16`` replays as
+``bf16-mixed`` training calls the update: on bf16 queries, under autocast.
 
     python recipes/routing_transformer/cluster_balance.py --model routing_transformer_small_top2.pg19mini
     python recipes/routing_transformer/cluster_balance.py --model runs/.../checkpoints/last.ckpt \\
@@ -166,14 +167,23 @@ def parse_rule(rule: str) -> dict:
     return {"revive_below": below_f, "revive_split": split}
 
 
-def replay(model: nn.Module, batches, rules: list[str], progress: bool = False) -> list[Replay]:
+def replay(
+    model: nn.Module, batches, rules: list[str], progress: bool = False, bf16: bool = False
+) -> list[Replay]:
     """Training's centroid updates, one per batch, on ``model``'s frozen routing queries, once
-    per revival rule (:func:`parse_rule`), all starting from the model's centroids."""
+    per revival rule (:func:`parse_rule`), all starting from the model's centroids.
+
+    ``bf16``: as ``bf16-mixed`` training runs them: the queries rounded to bf16 (the projection's
+    output dtype under autocast) and each update called under CPU bf16 autocast. The update
+    computes in fp32 all the same since 6787c1c; before it, the revival's matrix products ran in
+    bf16 (docs/long_context.md §5p)."""
     kmeans = [model_kmeans(model, **parse_rule(rule)) for rule in rules]
     mins: list[list[float]] = [[] for _ in rules]
     for q in routing_queries(model, batches, progress):
+        q = q.bfloat16() if bf16 else q
         for km, logged in zip(kmeans, mins, strict=True):
-            km.update(q)
+            with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                km.update(q)
             logged.append(km.occupancy.min().item())
     return [Replay(rule, m, km.revived) for rule, m, km in zip(rules, mins, kmeans, strict=True)]
 
@@ -253,6 +263,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--replay", nargs="+", metavar="BELOW:SPLIT", default=None,
                    help="also replay training's centroid updates with these revival rules")  # fmt: skip
+    p.add_argument("--bf16", action="store_true",
+                   help="replay as bf16-mixed training: bf16 queries, updates under autocast")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     ns = p.parse_args(argv)
     console = Console()
@@ -263,7 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         batches = list(windows(ns.dataset, ns.split, ns.seq_len, ns.batch_size, ns.batches,
                                ns.data_dir, ns.seed))  # fmt: skip
         balance = measure(model, batches, progress=True)
-        replays = replay(model, batches, ns.replay, progress=True) if ns.replay else None
+        replays = (
+            replay(model, batches, ns.replay, progress=True, bf16=ns.bf16) if ns.replay else None
+        )
     except ZooError as e:
         raise SystemExit(f"error: {e}") from None
     label = f"{ns.model} on {ns.dataset} {ns.split} ({ns.batch_size} x {ns.seq_len} bytes a batch)"

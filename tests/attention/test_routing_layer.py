@@ -241,8 +241,7 @@ def test_kmeans_init_and_revival_stay_fp32_under_autocast(split):
     spread = torch.randn(2, 2, 1024, 16, generator=g)  # the init spreads 16 centroids over it
     blobs = 3 * torch.randn(1, 2, 4, 16, generator=g)  # later batches: 4 blobs per head
     later = [
-        blobs.repeat_interleave(256, 2) + torch.randn(2, 2, 1024, 16, generator=g)
-        for _ in range(2)
+        blobs.repeat_interleave(256, 2) + torch.randn(2, 2, 1024, 16, generator=g) for _ in range(2)
     ]
 
     def fresh():
