@@ -89,3 +89,8 @@ def test_replay_can_call_the_update_as_bf16_mixed_training_does(monkeypatch, bf1
     (result,) = cluster_balance.replay(model, batches, ["0.25:farthest"], bf16=bf16)
     want = (torch.bfloat16, True) if bf16 else (torch.float32, False)
     assert seen == [want, want] and len(result.batch_min) == 2
+
+
+def test_bf16_without_a_replay_is_a_one_line_error():
+    with pytest.raises(SystemExit, match="^error: --bf16 changes only the replay: add --replay"):
+        cluster_balance.main(["--model", "no_such_model", "--bf16"])

@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="replay as bf16-mixed training: bf16 queries, updates under autocast")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     ns = p.parse_args(argv)
+    if ns.bf16 and not ns.replay:
+        raise SystemExit("error: --bf16 changes only the replay: add --replay BELOW:SPLIT ...")
     console = Console()
     try:
         for rule in ns.replay or []:
