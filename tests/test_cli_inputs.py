@@ -73,6 +73,22 @@ def test_init_from_with_the_checkpoints_own_model_or_none():
         CausalLM(model="routing_transformer_small", model_config=rotary, init_from=name)
 
 
+def test_init_from_keeps_the_checkpoints_revival_rule_unless_overridden():
+    """Revival steers only training's centroid updates, so a preset whose default rule differs
+    from the checkpoint's (bisection at 0.5 since 2026-11-27; the published model trained with
+    the farthest split at 0.25) still describes the checkpoint, which keeps its own rule."""
+    from zoo.tasks import CausalLM
+
+    name, rotary = "routing_transformer_small.pg19mini", {"position": "rotary"}
+    kept = CausalLM(model="routing_transformer_small_causal", model_config=rotary, init_from=name)
+    km = kept.model.blocks[-1].attention.kmeans
+    assert (km.revive_below, km.revive_split) == (0.25, "farthest")
+    two = rotary | {"revive_below": 0.5, "revive_split": "two_means"}
+    moved = CausalLM(model="routing_transformer_small_causal", model_config=two, init_from=name)
+    km = moved.model.blocks[-1].attention.kmeans
+    assert (km.revive_below, km.revive_split) == (0.5, "two_means")
+
+
 def test_init_from_a_run_directory_starts_from_its_weights(tmp_path):
     """A second training stage (pg19mini_fixed_v3_4096.yaml) names the first stage's run: its
     best.ckpt's weights are the start, and a damaged .ckpt is a one-line CheckpointError."""

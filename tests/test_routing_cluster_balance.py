@@ -65,6 +65,28 @@ def test_replay_updates_copies_of_the_centroids_with_each_rule():
     assert f"| 0:farthest | {stay.batch_min[3] / 2:.3f} | 0.000 | 1.00 | 0.000 | 0 |" in report
 
 
+def test_replay_by_layer_keeps_each_heads_minimum():
+    """``head_min`` holds each head's own per-batch minimum: its smallest over the heads is the
+    logged ``batch_min``, and the layer table takes the smallest over that layer's heads only, so
+    the layer with the dead head reads 0 while the other layer does not."""
+    torch.manual_seed(0)
+    model = zoo.create_model("routing_transformer_tiny", routing="causal")
+    layers = cluster_balance.routing_layers(model)
+    assert len(layers) > 1, "the test needs two routing layers"
+    layers[-1][1].kmeans.centroids[0] = layers[-1][1].kmeans.centroids[0, :1].clone()
+    batches = [torch.randint(0, 256, (4, 32)) for _ in range(4)]
+    (stay,) = cluster_balance.replay(model, batches, ["0:farthest"])
+    heads = [(i, h) for i, m in layers for h in range(m.n_routing)]
+    assert stay.head_min.shape == (4, len(heads))
+    assert stay.batch_min == stay.head_min.amin(-1).tolist()
+    report = cluster_balance.replay_layer_table([stay], heads, skip=0.0)
+    first = [i for i, (layer, _) in enumerate(heads) if layer == layers[0][0]]
+    first_min = sorted(stay.head_min[:, first].amin(-1).tolist())
+    assert first_min[0] > 0, "the first layer has no dead centroid"
+    assert f"| 0:farthest | {layers[0][0]} | {(first_min[1] + first_min[2]) / 2:.3f} " in report
+    assert f"| 0:farthest | {layers[-1][0]} | 0.000 | 0.000 | 1.00 | 0.000 |" in report
+
+
 @pytest.mark.parametrize("rule", ["0.5", "1.5:farthest", "x:two_means", "0.5:bisect"])
 def test_a_bad_revival_rule_is_a_one_line_error(rule):
     with pytest.raises(SystemExit, match=f"^error: bad revival rule '{rule}': write BELOW:SPLIT"):

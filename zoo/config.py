@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from zoo.errors import ConfigError
 
@@ -91,7 +91,17 @@ class ModelConfig:
     """Base of every model config. Subclasses add typed fields with commented defaults.
 
     ``Literal[...]`` fields are checked on construction (:class:`ConfigError` names the choices).
+    A family whose default changes lists the old value in ``saved_defaults``: a saved config
+    (``config.json``) that lacks the key was built with it, and :meth:`from_dict` restores it.
+    ``training_only`` names fields that a recipe fine-tuning a checkpoint (``init_from``) may
+    leave at the preset's default: the checkpoint keeps its own.
     """
+
+    # key -> the value a config saved without that key was built with
+    saved_defaults: ClassVar[dict[str, Any]] = {}
+    # fields that steer only training's non-gradient updates (e.g. routing centroids), never the
+    # weights or the function: fine-tuning a checkpoint keeps its own values unless overridden
+    training_only: ClassVar[tuple[str, ...]] = ()
 
     def structure(self) -> dict[str, Any]:
         """The attention structure as plain data (the registry's and model cards' ``structure``):
@@ -125,9 +135,10 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Self:
-        """Build a config from a plain dict (e.g. ``config.json``); unknown keys are an error."""
+        """Build a config from a saved dict (e.g. ``config.json``); unknown keys are an error, and
+        a key it lacks takes its ``saved_defaults`` value, else the field's default."""
         cls.check_keys(values)
-        return cls(**values)
+        return cls(**(cls.saved_defaults | values))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

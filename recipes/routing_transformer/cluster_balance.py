@@ -16,7 +16,8 @@ queries: for each revival rule (``revive_below``, ``revive_split`` of
 :class:`zoo.attention.routing.SphericalKMeans`, e.g. ``0.25:farthest``), a copy of the model's
 centroids takes one EMA update per batch, as in training, and the per-batch minimum occupancy is
 logged before each revival, as ``train/routing/occupancy_min`` is. The network's weights do not move,
-so this tests a rule in minutes, not what a whole training run does with it. ``--bf16`` replays as
+so this tests a rule in minutes, not what a whole training run does with it. With routing in more
+than one layer, a second table gives each layer's own per-batch minimum. ``--bf16`` replays as
 ``bf16-mixed`` training calls the update: on bf16 queries, under autocast.
 
     python recipes/routing_transformer/cluster_balance.py --model routing_transformer_small_top2.pg19mini
@@ -141,11 +142,13 @@ def measure(model: nn.Module, batches, progress: bool = False) -> Balance:
 
 class Replay(NamedTuple):
     """One revival rule replayed: the per-batch minimum occupancy before each update's revival
-    (as training logs it), and how many centroids revival moved."""
+    (as training logs it), how many centroids revival moved, and each head's own per-batch
+    minimum, ``(batches, heads)`` fp32, heads labelled as :attr:`Balance.heads`."""
 
     rule: str
     batch_min: list[float]
     revived: int
+    head_min: torch.Tensor
 
 
 def parse_rule(rule: str) -> dict:
@@ -178,14 +181,17 @@ def replay(
     computes in fp32 all the same since 6787c1c; before it, the revival's matrix products ran in
     bf16 (docs/long_context.md §5p)."""
     kmeans = [model_kmeans(model, **parse_rule(rule)) for rule in rules]
-    mins: list[list[float]] = [[] for _ in rules]
+    mins: list[list[torch.Tensor]] = [[] for _ in rules]
     for q in routing_queries(model, batches, progress):
         q = q.bfloat16() if bf16 else q
         for km, logged in zip(kmeans, mins, strict=True):
             with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
                 km.update(q)
-            logged.append(km.occupancy.min().item())
-    return [Replay(rule, m, km.revived) for rule, m, km in zip(rules, mins, kmeans, strict=True)]
+            logged.append(km.occupancy.min(-1).values.float())  # (heads,)
+    return [
+        Replay(rule, torch.stack(m).amin(-1).tolist(), km.revived, torch.stack(m))
+        for rule, m, km in zip(rules, mins, kmeans, strict=True)
+    ]
 
 
 def replay_table(replays: list[Replay], skip: float = 0.25) -> str:
@@ -206,6 +212,33 @@ def replay_table(replays: list[Replay], skip: float = 0.25) -> str:
             f"| {r.rule} | {statistics.median(late):.3f} | {late[int(0.1 * (len(late) - 1))]:.3f} "
             f"| {under:.2f} | {late[0]:.3f} | {r.revived} |"
         )
+    return "\n".join(rows) + "\n"
+
+
+def replay_layer_table(
+    replays: list[Replay], heads: list[tuple[int, int]], skip: float = 0.25
+) -> str:
+    """:func:`replay_table` for each routing layer alone: the smallest cluster of that layer's
+    heads per batch, so a layer that no rule can balance does not hide the others."""
+    rows = [
+        f"The same replay, layer by layer, after the first {skip:.0%} of the batches: the smallest "
+        f"cluster of the layer's heads per batch",
+        "",
+        "| revive_below:revive_split | layer | median | 10th percentile | share of batches < 0.25 "
+        "| min |",
+        "|---|---|---|---|---|---|",
+    ]
+    layers = sorted({layer for layer, _ in heads})
+    for r in replays:
+        late = r.head_min[int(skip * len(r.head_min)) :]  # (batches, heads)
+        for layer in layers:
+            cols = [i for i, (l_, _) in enumerate(heads) if l_ == layer]
+            m = sorted(late[:, cols].amin(-1).tolist())
+            under = sum(x < 0.25 for x in m) / len(m)
+            rows.append(
+                f"| {r.rule} | {layer} | {statistics.median(m):.3f} "
+                f"| {m[int(0.1 * (len(m) - 1))]:.3f} | {under:.2f} | {m[0]:.3f} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -286,6 +319,8 @@ def main(argv: list[str] | None = None) -> None:
     report = table(balance, label)
     if replays:
         report += "\n" + replay_table(replays)
+        if len({layer for layer, _ in balance.heads}) > 1:
+            report += "\n" + replay_layer_table(replays, balance.heads)
     print(report, end="")
     if ns.out is not None:
         ns.out.parent.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,29 @@ def test_the_revival_rule_reaches_the_centroids():
     model = model_with(n_routing_layers=1, revive_below=0.5, revive_split="two_means")
     km = model.blocks[-1].attention.kmeans
     assert (km.revive_below, km.revive_split) == (0.5, "two_means")
-    assert model_with().blocks[-1].attention.kmeans.revive_split == "farthest"
+    km = model_with(revive_below=0.25, revive_split="farthest").blocks[-1].attention.kmeans
+    assert (km.revive_below, km.revive_split) == (0.25, "farthest")
+
+
+def test_the_default_revival_bisects_and_saved_configs_keep_the_rule_they_trained_with():
+    """Since 2026-11-27 a new model revives below half a share by bisection (long_context.md §5s).
+    A config.json saved before a key existed loads with what that model was trained with: no
+    ``revive_split`` means the farthest-member split, no ``revive_below`` means no revival and
+    random centroids (the published routing_transformer_small.pg19mini's config has no
+    ``revive_split``). Keys the file names are kept."""
+    assert (RoutingTransformerConfig().revive_below, RoutingTransformerConfig().revive_split) == (
+        0.5,
+        "two_means",
+    )
+    saved = RoutingTransformerConfig(**SMALL).to_dict()
+    del saved["revive_split"]
+    assert RoutingTransformerConfig.from_dict(saved).revive_split == "farthest"
+    for key in ("revive_below", "centroid_init"):
+        del saved[key]
+    old = RoutingTransformerConfig.from_dict(saved)
+    assert (old.revive_below, old.centroid_init) == (0.0, "random")
+    new = RoutingTransformerConfig(**SMALL)
+    assert RoutingTransformerConfig.from_dict(new.to_dict()) == new
 
 
 def past_logit_shift(model, T=64):

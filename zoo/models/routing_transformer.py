@@ -50,11 +50,21 @@ class RoutingTransformerConfig(TransformerConfig):
     ema_decay: float = 0.999  # centroid EMA decay lambda
     normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
     centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
-    revive_below: float = 0.25  # move centroids with occupancy < this onto poorly covered tokens
-    revive_split: Literal["farthest", "two_means"] = "farthest"  # how revival splits (routing.py)
+    # revive a centroid with occupancy < revive_below by splitting the largest cluster: two_means
+    # bisects it (routing.py); before 2026-11-27 the defaults were 0.25 and farthest (long_context.md §5s)
+    revive_below: float = 0.5
+    revive_split: Literal["farthest", "two_means"] = "two_means"
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
     # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
     routing_score_scale: float | None = None
+    # what a config.json that lacks a key was trained with: without centroid_init and revive_below
+    # (before cb6ce3e), random centroids and no revival; without revive_split, the farthest split
+    saved_defaults: ClassVar[dict[str, Any]] = {
+        "centroid_init": "random",
+        "revive_below": 0.0,
+        "revive_split": "farthest",
+    }
+    training_only: ClassVar[tuple[str, ...]] = ("centroid_init", "revive_below", "revive_split")
 
     def structure(self) -> dict[str, Any]:
         """Local and routing heads (Roy et al. 2020, §4). Top-w routing assigns each cluster's

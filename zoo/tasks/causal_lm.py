@@ -81,18 +81,19 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
             raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
     if model is not None:  # the recipe names a model: it must be the checkpoint's
         preset = get_preset(model)
-        wanted = preset.config.replace(**overrides)
-        have = pretrained.config.replace(**overrides)
-        if preset.model_cls is not type(pretrained):
+        if preset.model_cls is not type(pretrained):  # before the overrides: they may not apply
             raise ConfigError(
                 f"init_from {source} is a {type(pretrained).__name__}, but the model asked for is "
                 f"{model} ({preset.model_cls.__name__}). Choose a checkpoint of that model, or "
                 "fine-tune the checkpoint's own architecture with --model.init_args.model null."
             )
+        wanted = preset.config.replace(**overrides)
+        have = pretrained.config.replace(**overrides)
         differ = {
             f.name: (getattr(wanted, f.name), getattr(have, f.name))
             for f in dataclasses.fields(wanted)
             if getattr(wanted, f.name) != getattr(have, f.name)
+            and f.name not in wanted.training_only  # the checkpoint's own, unless overridden
         }
         if differ:
             lines = ", ".join(f"{k}: {w!r} (checkpoint: {h!r})" for k, (w, h) in differ.items())
