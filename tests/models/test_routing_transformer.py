@@ -186,6 +186,8 @@ def test_occupancy_is_logged_in_training(tmp_path, routing):
     assert 0 <= logged["train/routing/occupancy_min"] <= 1 <= logged["train/routing/occupancy_max"]
     assert 0 < logged["train/routing/far_share"] < 1  # windows of 64 > tiny's local window
     assert 0 <= logged["train/routing/empty_share"] < 1
+    layers = [logged[f"train/routing/layer{i}/occupancy_min"] for i in range(2)]  # tiny: 2 layers
+    assert min(layers) == logged["train/routing/occupancy_min"]
     if routing == "causal":  # how evenly the heads spread over their cluster members
         assert 0 < logged["train/routing/uniformity"] <= 1
     else:

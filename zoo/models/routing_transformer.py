@@ -195,21 +195,27 @@ class RoutingTransformerLM(TransformerLM):
         centroids that are no token's nearest. ``routing/far_share``: the mean share
         of routed attention on keys outside the local window; ``routing/uniformity`` (causal
         routing): 1 when the routing heads attend uniformly over their cluster members
-        (:meth:`~zoo.attention.RoutingSelfAttention.routing_stats`)."""
-        occupancy = [
-            m.kmeans.occupancy
-            for m in self.modules()
-            if isinstance(m, RoutingSelfAttention) and m.kmeans is not None
-            and m.kmeans.occupancy is not None
-        ]  # fmt: skip
+        (:meth:`~zoo.attention.RoutingSelfAttention.routing_stats`). With routing in more than
+        one layer, ``routing/layer{i}/occupancy_min`` is block ``i``'s own minimum: in a model
+        that routes in layer 0 that layer sets the overall one (its routing queries depend on
+        the current token alone, docs/long_context.md §5s)."""
+        occupancy = {
+            i: block.attention.kmeans.occupancy
+            for i, block in enumerate(self.blocks)
+            if isinstance(block.attention, RoutingSelfAttention)
+            and block.attention.kmeans is not None
+            and block.attention.kmeans.occupancy is not None
+        }
         if not occupancy:
             return {}
-        every = torch.cat([o.flatten() for o in occupancy])
+        every = torch.cat([o.flatten() for o in occupancy.values()])
         logs = {
             "routing/occupancy_min": every.min(),
             "routing/occupancy_max": every.max(),
             "routing/empty_share": (every == 0).float().mean(),
         }
+        if len(occupancy) > 1:
+            logs |= {f"routing/layer{i}/occupancy_min": o.min() for i, o in occupancy.items()}
         stats = [m.routing_stats() for m in self.modules() if isinstance(m, RoutingSelfAttention)]
         for name in ("far_share", "uniformity"):
             values = [s[name] for s in stats if name in s]
