@@ -346,14 +346,19 @@ def two_means(x: Tensor, a: Tensor, b: Tensor, iters: int) -> tuple[Tensor, Tens
     projection on the principal axis of ``x`` (the top eigenvector of their covariance, turned to
     point along ``a - b``), then ``iters`` Lloyd steps of spherical k-means with ``k = 2``,
     stopping early when one side is empty. Starts from the unit centroids ``a``, ``b`` ``(D,)``
-    instead where the axis leaves one side empty (e.g. identical vectors). Returns the two unit
+    instead where the axis leaves one side empty (e.g. identical vectors), or where LAPACK's
+    eigensolver fails on the covariance (seen in training, with routing in layer 0, whose queries
+    depend on the byte alone: "failed to converge ... ill-conditioned"). Returns the two unit
     centroids, the one on ``a``'s side first.
 
     The principal axis, not the farthest member: a cluster of two equal groups and one outlier
     is split into the groups, where the farthest member would take the outlier alone.
     """
     centred = x - x.mean(0)
-    axis = torch.linalg.eigh(centred.T @ centred).eigenvectors[:, -1]  # (D,), D x D: cheap
+    try:
+        axis = torch.linalg.eigh(centred.T @ centred).eigenvectors[:, -1]  # (D,), D x D: cheap
+    except torch.linalg.LinAlgError:  # no axis: the Lloyd steps start from a, b
+        axis = torch.zeros_like(a)
     to_a = centred @ (axis if axis @ (a - b) >= 0 else -axis) > 0
     if to_a.any() and not to_a.all():
         a, b = F.normalize(x[to_a].sum(0), dim=-1), F.normalize(x[~to_a].sum(0), dim=-1)
