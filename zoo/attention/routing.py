@@ -347,9 +347,9 @@ def two_means(x: Tensor, a: Tensor, b: Tensor, iters: int) -> tuple[Tensor, Tens
     point along ``a - b``), then ``iters`` Lloyd steps of spherical k-means with ``k = 2``,
     stopping early when one side is empty. Starts from the unit centroids ``a``, ``b`` ``(D,)``
     instead where the axis leaves one side empty (e.g. identical vectors), or where LAPACK's
-    eigensolver fails on the covariance (seen in training, with routing in layer 0, whose queries
-    depend on the byte alone: "failed to converge ... ill-conditioned"). Returns the two unit
-    centroids, the one on ``a``'s side first.
+    eigensolver fails on the covariance ("failed to converge ... ill-conditioned": it stopped a
+    training run of a model that routes in layer 0; the failing cluster was not captured).
+    Returns the two unit centroids, the one on ``a``'s side first.
 
     The principal axis, not the farthest member: a cluster of two equal groups and one outlier
     is split into the groups, where the farthest member would take the outlier alone.
