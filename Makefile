@@ -51,8 +51,12 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 $(FASHION_MNIST):
 	$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq dataset-fashion-mnist
 
+# The suite on both cores (pytest-xdist), then its precision-sensitive tests (`-m precision`: autocast
+# dtypes, the LSTM, the kernels' CPU routes) again as an AVX2-only CPU: this torch's oneDNN honours
+# ONEDNN_MAX_CPU_ISA and its ATen kernels ATEN_CPU_CAPABILITY, so an AMX machine checks both kinds.
 test: setup $(FASHION_MNIST)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 -m precision
 
 lint: setup
 	$(BIN)/ruff check zoo kernels tests

@@ -26,6 +26,25 @@ def _data_dir() -> Path:
 os.environ["ZOO_DATA_DIR"] = str(_data_dir())
 
 
+# The precision-sensitive tests (pyproject's `precision` marker): `make test` runs them a second
+# time with oneDNN and ATen limited to AVX2, so an AMX machine also checks an AVX2-only CPU.
+PRECISION_SENSITIVE = (
+    "tests/test_autocast.py",
+    "tests/test_lstm_",
+    "tests/models/test_rnn_seq2seq.py",
+    "tests/kernels/",
+    "tests/attention/test_mappings.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        rel = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+        if rel.startswith(PRECISION_SENSITIVE) or "dtype" in item.name:
+            item.add_marker(pytest.mark.precision)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     d = _data_dir()

@@ -154,14 +154,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _native_bf16_cpu() -> bool:
-    """Whether oneDNN computes bf16 natively on this CPU (AVX512-BF16 or AMX)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 # --- peak memory -----------------------------------------------------------------------------------
 def _status_bytes(key: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -565,9 +557,11 @@ def bench_main(args: list[str]) -> None:
         if ns.threads < 1:
             parser.exit(2, f"zoo bench: error: --threads must be >= 1, got {ns.threads}\n")
         torch.set_num_threads(ns.threads)
-    if ns.precision.startswith("bf16") and ns.device == "cpu" and not _native_bf16_cpu():
-        print("zoo bench: note: this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 is "
-              "emulated, slower than fp32", file=sys.stderr)  # fmt: skip
+    from zoo.precision import slow_precision_warning
+
+    slow = slow_precision_warning(ns.precision) if ns.device == "cpu" else None
+    if slow is not None:
+        print(f"zoo bench: warning: {slow}", file=sys.stderr)
     try:
         card = benchmark(
             ns.name, device=ns.device, precision=ns.precision, lengths=ns.lengths,

@@ -21,6 +21,12 @@ the bounds always leave room for a distribution (their "<SINK>" token).
 The decoder's first state comes from the encoder: ``s_0 = tanh(W_s mean_j h_j)`` (a bridge, as
 Bahdanau et al.'s ``tanh(W_s ←h_1)``), memory cell 0.
 
+Precision: on a CPU both LSTMs run in fp32 with autocast off, also under ``bf16-mixed`` or
+``16-mixed`` training (:func:`_run_lstm`). oneDNN, which computes ``nn.LSTM`` there, has a bf16 LSTM
+only on CPUs with AVX512-BF16 or AMX and an fp16 one on none of ours; elsewhere autocast asked it
+for a primitive it does not have. fp32 everywhere gives the same numbers on every CPU kind. The
+score, the mapping and the linear layers still follow autocast.
+
 The model follows :class:`~zoo.models.seq2seq.TransformerSeq2Seq`'s protocol, so the Translation
 task, beam search, ``zoo translate`` and BLEU take it as they are: ``forward(src, tgt)``,
 ``encode``, ``init_cache``, ``decode`` with a cache that :meth:`RNNSeq2SeqCache.reorder` keeps in
@@ -104,6 +110,27 @@ class LSTMSeq2SeqConfig(ModelConfig):
             raise ConfigError(
                 f"pad_id={self.pad_id} is not a token id of vocab_size={self.vocab_size}"
             )
+
+
+def _run_lstm(
+    lstm: nn.LSTM,
+    x: Tensor | nn.utils.rnn.PackedSequence,
+    state: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor | nn.utils.rnn.PackedSequence, tuple[Tensor, Tensor]]:
+    """``lstm(x, state)``, in fp32 with autocast off when CPU autocast is on (see the module
+    docstring); on a GPU, or without autocast, exactly ``lstm(x, state)``.
+
+    ``x`` ``(B, T, in)`` (batch first) or a PackedSequence; ``state`` ``(h, c)`` each
+    ``(layers * directions, B, H)``. The outputs are float32 on the CPU path.
+    """
+    on_cpu = (x.data if isinstance(x, nn.utils.rnn.PackedSequence) else x).device.type == "cpu"
+    if not (on_cpu and torch.is_autocast_enabled("cpu")):
+        return lstm(x, state)
+    with torch.autocast("cpu", enabled=False):
+        x = x.float()
+        if state is not None:
+            state = (state[0].float(), state[1].float())
+        return lstm(x, state)
 
 
 @dataclass
@@ -212,7 +239,7 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
         packed = nn.utils.rnn.pack_padded_sequence(
             x, lengths, batch_first=True, enforce_sorted=False
         )
-        out, _ = self.encoder(packed)
+        out, _ = _run_lstm(self.encoder, packed)
         memory, _ = nn.utils.rnn.pad_packed_sequence(
             out, batch_first=True, total_length=src.shape[1]
         )
@@ -255,7 +282,7 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
         """One target position: ``emb`` ``(B, E)`` -> the attentional state ``(B, H)``."""
         c = self.config
         x = torch.cat([emb, cache.feed], -1) if c.input_feeding else emb
-        out, cache.state = self.decoder(x[:, None], cache.state)  # (B, 1, H)
+        out, cache.state = _run_lstm(self.decoder, x[:, None], cache.state)  # (B, 1, H)
         s = out[:, 0]
         scores = self.score.score(cache.keys, s[:, None])[:, 0].float()  # (B, S)
         scores = scores.masked_fill(~cache.src_mask, float("-inf"))
