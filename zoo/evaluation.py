@@ -30,7 +30,7 @@ from lightning import Trainer
 
 from zoo.callbacks import hardware
 from zoo.data.text import EvalWindows
-from zoo.errors import CheckpointError, ConfigError
+from zoo.errors import CheckpointError, ConfigError, DataNotFoundError
 from zoo.hub.registry import Metric
 from zoo.pretrained import find_checkpoint
 
@@ -96,6 +96,26 @@ def load_task(source: str | os.PathLike, task_cls=None):
         raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
 
 
+def _require_positive_slice(windows: int | None, first_bytes: int | None = None) -> None:
+    """Raise ConfigError for a slice of fewer than one window (or byte): ``None`` is the whole split."""
+    for name, value in (("windows", windows), ("first_bytes", first_bytes)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value} (None: the whole split)")
+
+
+def _require_bytes(datamodule, dataset: str, split: str, data_dir: str | None) -> None:
+    """Raise DataNotFoundError when ``split`` (loaded) has no byte to score: every document empty."""
+    from zoo.data.text import corpus_dir
+
+    docs = datamodule.splits[split]
+    if sum(max(len(d) - 1, 0) for d in docs) == 0:
+        raise DataNotFoundError(
+            f"no bytes to evaluate in {corpus_dir(dataset, data_dir)}/{split}: its {len(docs)} "
+            f"document(s) hold {sum(len(d) for d in docs)} bytes; restore the files, or point "
+            "--data-dir (data_dir=) at a complete copy of the data set"
+        )
+
+
 def _targets(module, datamodule, split: str, windows: int | None) -> int:
     ds = EvalWindows(datamodule.splits[split], module.model.config.max_seq_len)
     n = len(ds) if windows is None else min(windows, len(ds))
@@ -125,13 +145,18 @@ def evaluate(
             (``ceil(first_bytes / context)``), the same slice of the text for any context.
         precision: a Lightning precision; published metrics use ``"32-true"``.
         batch_size: windows per batch (default: 16, or 1 for contexts of 2048 bytes and more).
+        data_dir: the directory holding ``<dataset>/``, the only one searched when given
+            (default: ``$ZOO_DATA_DIR``, then the download cache).
 
     Returns:
         a :class:`~zoo.hub.registry.Metric` (``value`` in bits per byte) with the bytes scored.
+        Empty documents (zero-byte files) score nothing and warn
+        (:class:`~zoo.data.text.EmptyDataWarning`).
 
     Raises:
-        ConfigError: an unknown split; CheckpointError / HubError: the model cannot be loaded;
-        DataNotFoundError: the data set is not found.
+        ConfigError: an unknown split, ``windows``, ``first_bytes`` or ``batch_size`` below 1;
+        CheckpointError / HubError: the model cannot be loaded; DataNotFoundError: the data set
+        is not found, or its split has no byte to score.
     """
     from zoo.data import ByteTextDataModule
     from zoo.data.images import IMAGE_DATASETS
@@ -140,6 +165,9 @@ def evaluate(
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    _require_positive_slice(windows, first_bytes)
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if dataset in EVAL_SPLITS:
         if first_bytes is not None or precision != "32-true":
             raise ConfigError(
@@ -168,7 +196,11 @@ def evaluate(
     bs = batch_size or (1 if context >= 2048 else 16)
     if windows is not None:
         bs = math.gcd(bs, windows)  # whole batches cover exactly the first `windows` windows
-    datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, eval_batch_size=bs)
+    datamodule = ByteTextDataModule(
+        dataset=dataset, data_dir=data_dir, seq_len=context, eval_batch_size=bs
+    )
+    datamodule.setup("test" if split == "test" else "validate")
+    _require_bytes(datamodule, dataset, split, data_dir)
     limit = 1.0 if windows is None else windows // bs
     trainer = Trainer(
         accelerator="auto",
@@ -184,6 +216,8 @@ def evaluate(
     run = trainer.test if split == "test" else trainer.validate
     run(module, datamodule=datamodule, verbose=False)
     key = "test/bpb" if split == "test" else "val/bpb"
+    if key not in trainer.callback_metrics:  # nothing was scored (Lightning logs no metric then)
+        raise DataNotFoundError(f"no bytes were scored on {dataset} {split} ({windows} windows)")
     value = float(trainer.callback_metrics[key])
     return Metric(
         name="bits_per_byte",
@@ -331,9 +365,9 @@ def evaluate_translation(
         ``windows``: the sentences of a slice, ``targets``: the sentences scored.
 
     Raises:
-        ConfigError: an unknown split, corpus or decoding setting; CheckpointError / HubError: the
-        model cannot be loaded; DataNotFoundError: the corpus is not found; ValueError: a sentence
-        longer than the model's context.
+        ConfigError: an unknown split, corpus or decoding setting, ``sentences`` below 1;
+        CheckpointError / HubError: the model cannot be loaded; DataNotFoundError: the corpus is
+        not found; ValueError: a sentence longer than the model's context.
     """
     import sacrebleu
 
@@ -353,6 +387,8 @@ def evaluate_translation(
             f"decoding settings {unknown or settings['search']!r} are not understood: give "
             f"search (beam or greedy), {', '.join(list(PAPER_DECODING)[1:])}"
         )
+    if sentences is not None and sentences < 1:
+        raise ConfigError(f"sentences must be >= 1, got {sentences} (None: the whole split)")
     model, facts = _translation_model(source)
     data = facts.get("data") or {}
     pairs = load_pairs(dataset, EVAL_SPLITS[dataset][split],
@@ -524,10 +560,11 @@ def bits_by_position(
             context, comparable across models of different contexts. ``None``: non-overlapping.
 
     Raises:
-        ConfigError: an unknown split, a non-positive ``context`` or ``bucket``, ``bucket >
-            context``, a ``stride`` outside ``[1, context]``, or ``context > max_seq_len`` for a
-            model whose positions end there (learned, factorized); CheckpointError / HubError:
-            the model cannot be loaded; DataNotFoundError: the data set is not found.
+        ConfigError: an unknown split, a non-positive ``context``, ``bucket``, ``windows`` or
+            ``first_bytes``, ``bucket > context``, a ``stride`` outside ``[1, context]``, or
+            ``context > max_seq_len`` for a model whose positions end there (learned,
+            factorized); CheckpointError / HubError: the model cannot be loaded;
+            DataNotFoundError: the data set is not found, or its split has no byte to score.
     """
     import torch
     import torch.nn.functional as F
@@ -547,6 +584,7 @@ def bits_by_position(
         )
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
+    _require_positive_slice(windows, first_bytes)
     if context is not None and context <= 0:
         raise ConfigError(f"context must be positive, got {context}")
     if bucket <= 0:
@@ -569,6 +607,7 @@ def bits_by_position(
             windows = 1 + math.ceil(max(first_bytes - context, 0) / stride)
     datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=context)
     datamodule.setup("test" if split == "test" else "validate")
+    _require_bytes(datamodule, dataset, split, data_dir)
     ds = EvalWindows(datamodule.splits[split], context, stride)
     n = len(ds) if windows is None else min(windows, len(ds))
     bs = batch_size or (1 if context >= 2048 else 16)

@@ -11,12 +11,17 @@ parent checkpoint (``init_from``), so a reader can tell exactly what produced a 
   computed from what was loaded, not from the files, so the same data from another source (the JPEG
   copy vs the lossless CIFAR-10 release, a gzip vs a plain file) is told apart only when its content
   differs.
+- :func:`checkpoint_name`: how published files (cards, ``training.json``, plots, ``zoo list``)
+  name a parent checkpoint or a measured model: a published name or the recipe that trained it,
+  never a folder of the machine it was trained on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
+import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["data_checksum", "device_name", "form_factor", "git_commit"]
+__all__ = ["checkpoint_name", "data_checksum", "device_name", "form_factor", "git_commit"]
 
 
 # Hopper parts by the board power limit that tells their form factors apart (NVIDIA's data
@@ -151,3 +156,67 @@ def data_checksum(datamodule: Any, splits: Iterable[str] | None = None) -> dict[
         return None
     dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
     return {"dataset": dataset, "splits": names, "sha256": digest.hexdigest()}
+
+
+def _registered_names() -> set[str]:
+    from zoo.errors import ZooError
+    from zoo.hub.registry import load_registry
+
+    try:
+        return set(load_registry().entries)
+    except (ZooError, OSError):
+        return set()
+
+
+def _recipe_training_into(run: Path) -> str | None:
+    """``recipes/<family>/<stem>.yaml``, the packaged recipe whose ``trainer.default_root_dir`` is
+    the run directory ``run`` (compared as normalised relative paths), or ``None``."""
+    import importlib.resources
+
+    try:
+        wanted = os.path.normpath(os.path.relpath(run) if run.is_absolute() else run)
+    except ValueError:  # another drive (Windows)
+        return None
+    root = Path(str(importlib.resources.files("zoo").joinpath("recipes")))
+    pattern = re.compile(r"^\s*default_root_dir:\s*['\"]?([^'\"\s#]+)", re.M)
+    for recipe in sorted(root.glob("*/*.yaml")):
+        found = pattern.search(recipe.read_text(errors="replace"))
+        if found and os.path.normpath(found.group(1)) == wanted:
+            return f"recipes/{recipe.relative_to(root).as_posix()}"
+    return None
+
+
+def checkpoint_name(source: str | os.PathLike | None) -> str | None:
+    """How a published file names the checkpoint ``source`` (an ``init_from`` parent, or the
+    model a curve was measured on) without a folder of the machine that made it.
+
+    - a published name or Hub repo id (not a local path): itself;
+    - a local path whose folder (or run folder, for ``<run>/checkpoints/x.ckpt``) is named after
+      a checkpoint of ``checkpoints.yaml`` (``./checkpoints/<name>``): that name;
+    - a run directory (or a ``.ckpt`` in its ``checkpoints/``) that a packaged recipe trains into
+      (its ``trainer.default_root_dir``): ``recipes/<family>/<stem>.yaml``;
+    - a recipe (``recipes/<family>/<stem>.yaml``, what this function gives a run): itself;
+    - any other local path: the run folder's name (a lone ``.ckpt``: the file's name).
+
+    ``None`` or ``""`` gives ``None``. Local paths are recognised as
+    :func:`zoo.pretrained.explicit_path` does.
+    """
+    if source is None or str(source) == "":
+        return None
+    from zoo.pretrained import explicit_path
+
+    path = explicit_path(source)
+    if path is None or (str(source).startswith("recipes/") and path.suffix in (".yaml", ".yml")):
+        return str(source)
+    path = Path(os.path.normpath(path))
+    if path.name in ("", ".", ".."):
+        path = path.resolve()
+    in_run = path.suffix == ".ckpt" and path.parent.name == "checkpoints"
+    run = path.parent.parent if in_run else path
+    names = _registered_names()
+    for candidate in (path.name, run.name):
+        if candidate in names:
+            return candidate
+    if path.suffix == ".ckpt" and not in_run:
+        return path.name
+    return _recipe_training_into(run) or run.name

@@ -89,10 +89,11 @@ def test_the_mnist_test_set_reads_from_the_real_idx_file(data_dir):
         load_images("mnist", data_dir=str(data_dir))  # the shared copy has no training images
 
 
-def test_fashion_mnist_from_the_debian_package():
+def test_fashion_mnist_from_the_debian_package(monkeypatch):
     if not (image_data.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file():
         pytest.fail("install Fashion-MNIST: apt-get install dataset-fashion-mnist (make test does)")
-    dm = ImageDataModule(dataset="fashion_mnist", data_dir="/nonexistent")
+    monkeypatch.delenv("ZOO_DATA_DIR")  # no data directory: the Debian package's copy is found
+    dm = ImageDataModule(dataset="fashion_mnist")
     dm.setup("fit")
     assert {k: v.shape for k, v in dm.splits.items()} == {
         "train": (55000, 28, 28, 1), "val": (5000, 28, 28, 1), "test": (10000, 28, 28, 1)

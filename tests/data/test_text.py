@@ -188,10 +188,16 @@ def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
         load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none")
     parts = load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True)
     assert b"".join(parts["train"] + parts["valid"] + parts["test"]) == b"ROMEO: " * 1000
-    cached = text.cache_dir() / "tinyshakespeare" / "input.txt"
-    assert cached.read_bytes() == b"ROMEO: " * 1000
-    (root / "input.txt").unlink()  # the second load reads the cache
+    # into the data directory given, the only place searched next time
+    fetched = tmp_path / "none" / "tinyshakespeare" / "input.txt"
+    assert fetched.read_bytes() == b"ROMEO: " * 1000
+    assert not (text.cache_dir() / "tinyshakespeare").exists()
+    (root / "input.txt").unlink()  # the second load reads the downloaded file
     assert load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True) == parts
+    # without a data directory: into the cache
+    (root / "input.txt").write_bytes(b"ROMEO: " * 1000)
+    assert load_byte_corpus("tinyshakespeare", download=True) == parts
+    assert (text.cache_dir() / "tinyshakespeare" / "input.txt").is_file()
 
 
 def test_failed_download_leaves_nothing_behind(http_server, tmp_path, monkeypatch):

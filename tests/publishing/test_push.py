@@ -54,3 +54,27 @@ def test_push_a_run_exports_it_on_the_fly(registry, hub, tmp_path):
     assert b"model-index" in files["README.md"].data
     with pytest.raises(ConfigError, match="not an exported folder"):
         push(run, REPO_ID)  # a run needs its name and recipe
+
+
+@pytest.mark.parametrize(
+    "repo_id", ["attention zoo/tiny", "a/b/c", "ns/tiny--v2", "ns/.tiny", "ns/tiny!"]
+)
+def test_an_illegal_repo_id_is_a_one_line_error_before_anything_is_sent(
+    published, repo_id, capsys, monkeypatch
+):
+    """Checked with huggingface_hub's own validator, up front: no HFValidationError traceback."""
+    import importlib
+
+    from zoo.cli import main
+    from zoo.publishing.push import checked_repo_id
+
+    module = importlib.import_module("zoo.publishing.push")  # the package's `push` is the function
+    monkeypatch.setattr(module, "HfApi", None)  # nothing may reach the Hub
+    with pytest.raises(SystemExit) as e:
+        main(["push", str(published), "--repo-id", repo_id])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"--repo-id {repo_id!r} is not a valid repo id: a Hub repo id is 'namespace/name'" in err
+    with pytest.raises(ConfigError, match="not a valid repo id"):
+        push(published, repo_id)
+    assert checked_repo_id("you/transformer_lm_tiny.pg19mini-v2")  # a legal one passes

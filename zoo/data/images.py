@@ -7,8 +7,9 @@ Every sub-pixel is a token 0..255; models predict all of them, so each sequence 
 start token ``BOS_ID = 256`` (image models have ``vocab_size = 257``; the start token is never a
 target). Bits per dim = the mean negative log-likelihood per sub-pixel in nats / ln 2.
 
-Data sets (``dataset=``), each read from ``<data_dir or $ZOO_DATA_DIR>/<name>/`` or, with
-``download=True``, from its public home:
+Data sets (``dataset=``), each read from ``<data_dir>/<name>/`` when ``data_dir`` is given (the
+only place searched then; downloads go there too), else from ``$ZOO_DATA_DIR/<name>/`` or the
+download cache, or, with ``download=True``, from its public home:
 
 - ``cifar10``: 50,000 training and 10,000 test images, 32×32×3. The official release
   (``cifar-10-python.tar.gz`` from cs.toronto.edu) gives the exact pixels; the project's offline copy
@@ -17,7 +18,8 @@ Data sets (``dataset=``), each read from ``<data_dir or $ZOO_DATA_DIR>/<name>/``
   2,000 training images (a fixed random choice, ``seed``) are held out for validation.
 - ``mnist`` / ``fashion_mnist``: 60,000 + 10,000 images, 28×28×1, the idx files
   (``train-images-idx3-ubyte.gz``, ``t10k-images-idx3-ubyte.gz``); 5,000 training images held out.
-  Fashion-MNIST is also found where Debian's ``dataset-fashion-mnist`` installs it.
+  Fashion-MNIST is also found where Debian's ``dataset-fashion-mnist`` installs it (when no
+  ``data_dir`` is given).
 - ``imagenet32`` / ``imagenet64``: downsampled ImageNet (Oord et al. 2016; Chrabaszcz et al. 2017),
   the npz release unpacked under ``path`` (``train_data_batch_*.npz``, ``val_data.npz``: ``data``
   rows of R, G, B planes). Its validation set is the test split; 10,000 training images are held out.
@@ -47,7 +49,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.config import require_positive
-from zoo.data.text import _download, _find, _not_found, cache_dir
+from zoo.data.text import _download, _find, _not_found, cache_dir, download_dir
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -203,7 +205,8 @@ def _cifar10(data_dir, download: bool) -> dict[str, np.ndarray]:
     if not download:
         raise _not_found("cifar10", ["cifar-10-python.tar.gz", "cifar10_jpg_{train,test}.zip"],
                          data_dir, f"The release is at {CIFAR10_URL}.")  # fmt: skip
-    release = _download(CIFAR10_URL, cache_dir() / "cifar10" / "cifar-10-python.tar.gz")
+    dest = download_dir(data_dir) / "cifar10" / "cifar-10-python.tar.gz"
+    release = _download(CIFAR10_URL, dest)
     return _cached(release, "cifar10-release", lambda: _read_cifar10_release(release))
 
 
@@ -215,14 +218,15 @@ def _idx(dataset: str, data_dir, download: bool, splits: Sequence[str]) -> dict[
         name = f"{stem}-images-idx3-ubyte.gz"
         path = _find(dataset, [name, name[:-3]], data_dir)
         debian = DEBIAN_FASHION_MNIST / name
-        if path is None and dataset == "fashion_mnist" and debian.is_file():
+        if path is None and dataset == "fashion_mnist" and not data_dir and debian.is_file():
             path = debian
         if path is None:
             if not download:
                 hint = ("Debian: apt-get install dataset-fashion-mnist. "
                         if dataset == "fashion_mnist" else "")  # fmt: skip
                 raise _not_found(dataset, [name], data_dir, hint)
-            path = _download(IDX_URLS[dataset].format(name=name), cache_dir() / dataset / name)
+            dest = download_dir(data_dir) / dataset / name
+            path = _download(IDX_URLS[dataset].format(name=name), dest)
         out[split] = _read_idx(path)
     return out
 
@@ -307,7 +311,8 @@ class ImageDataModule(LightningDataModule):
 
     Args:
         dataset: ``cifar10``, ``mnist``, ``fashion_mnist``, ``imagenet32`` or ``imagenet64``.
-        data_dir: directory holding ``<dataset>/``; ``$ZOO_DATA_DIR`` is searched next.
+        data_dir: directory holding ``<dataset>/``, the only one searched when given (default:
+            ``$ZOO_DATA_DIR``, then the download cache).
         path: the npz release directory (ImageNet).
         val_size: training images held out for validation (default: the data set's, e.g. 2,000
             for CIFAR-10 as in the papers); a fixed random choice from ``seed``.

@@ -11,9 +11,14 @@ Corpora (``dataset=``) and their splits:
 - ``tinyshakespeare``: char-rnn's 1.1 MB file, split 90/5/5 % in order.
 - ``text_file``: any local UTF-8 (or binary) file given by ``path``, split 90/5/5 % in order.
 
-Where the files come from, in order: ``data_dir``, then ``$ZOO_DATA_DIR`` (the layout of
-``<dir>/<dataset>/...``), then the download cache ``$ZOO_CACHE_DIR`` (default ``~/.cache/zoo``),
-filled from each set's public home when ``download=True``.
+Where the files come from (the layout of ``<dir>/<dataset>/...``): ``data_dir`` alone when it is
+given (an explicit directory is the only place searched, and downloads go there); otherwise
+``$ZOO_DATA_DIR``, then the download cache ``$ZOO_CACHE_DIR`` (default ``~/.cache/zoo``), filled
+from each set's public home when ``download=True``.
+
+An empty file (a zero-byte book) is read as an empty document, which scores nothing: loading it
+warns (:class:`EmptyDataWarning`), naming the file, and the split's measurements cover the other
+documents only.
 
 Training draws random windows; evaluation covers every byte of a split exactly once with
 non-overlapping windows per document (the last window of a document is padded, and padding targets
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +47,7 @@ from zoo.errors import ConfigError, DataNotFoundError
 __all__ = [
     "ByteTextDataModule",
     "ByteTokenizer",
+    "EmptyDataWarning",
     "EvalWindows",
     "RandomWindows",
     "load_byte_corpus",
@@ -70,6 +77,10 @@ URLS = {
 ENWIK8_BYTES = 100_000_000
 
 
+class EmptyDataWarning(UserWarning):
+    """A data file is empty (zero bytes): it is read as a document that scores nothing."""
+
+
 class ByteTokenizer:
     """UTF-8 bytes as tokens: ``vocab_size = 256``; decoding replaces invalid sequences with U+FFFD."""
 
@@ -90,12 +101,26 @@ def cache_dir() -> Path:
 
 
 def search_dirs(data_dir: str | os.PathLike | None) -> list[Path]:
-    """Directories searched for ``<dataset>/...``, in order."""
-    dirs = [Path(data_dir)] if data_dir else []
-    if os.environ.get("ZOO_DATA_DIR"):
-        dirs.append(Path(os.environ["ZOO_DATA_DIR"]))
-    dirs.append(cache_dir())
-    return dirs
+    """Directories searched for ``<dataset>/...``, in order: ``[data_dir]`` alone when it is given
+    (``$ZOO_DATA_DIR`` and the cache are not searched then), else ``$ZOO_DATA_DIR`` and the
+    download cache."""
+    if data_dir:
+        return [Path(data_dir).expanduser()]
+    dirs = [Path(os.environ["ZOO_DATA_DIR"])] if os.environ.get("ZOO_DATA_DIR") else []
+    return [*dirs, cache_dir()]
+
+
+def download_dir(data_dir: str | os.PathLike | None) -> Path:
+    """Where downloaded files go: ``data_dir`` when it is given (the only place searched then, so
+    the files are found there next time), else the download cache."""
+    return Path(data_dir).expanduser() if data_dir else cache_dir()
+
+
+def corpus_dir(dataset: str, data_dir: str | os.PathLike | None) -> Path:
+    """``<dir>/<dataset>`` of the first search directory that holds ``<dataset>/`` (the first
+    search directory's when none does): where the data set's files are read from, for messages."""
+    dirs = search_dirs(data_dir)
+    return next((d / dataset for d in dirs if (d / dataset).is_dir()), dirs[0] / dataset)
 
 
 def _find(dataset: str, names: Sequence[str], data_dir: str | os.PathLike | None) -> Path | None:
@@ -118,12 +143,46 @@ def _download(url: str, dest: Path) -> Path:
 
 
 def _not_found(dataset: str, names: Sequence[str], data_dir, hint: str) -> DataNotFoundError:
+    """The one-line error for a data set not found: where it was looked for and how to fix it."""
+    flags = "(zoo evaluate: --data-dir; zoo fit: --data.init_args.data_dir; Python: data_dir=)"
+    fetch = (
+        "or fetch it from its public home (zoo fit: --data.init_args.download true; Python: "
+        "download=True)."
+    )
+    if data_dir:
+        env = os.environ.get("ZOO_DATA_DIR")
+        elsewhere = (
+            f" Leave the data directory out to use $ZOO_DATA_DIR ({env}), which has {dataset}/."
+            if env and (Path(env) / dataset).is_dir()
+            else ""
+        )
+        return DataNotFoundError(
+            f"{dataset}: none of {list(names)} found in {Path(data_dir) / dataset}, the data "
+            f"directory given {flags}: when one is given it is the only place searched "
+            f"($ZOO_DATA_DIR is not). {hint} Put {dataset}/ under {data_dir}, give the directory "
+            f"that holds {dataset}/, {fetch}{elsewhere}"
+        )
     looked = ", ".join(str(d / dataset) for d in search_dirs(data_dir))
     return DataNotFoundError(
         f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point the ZOO_DATA_DIR "
-        f"environment variable or the data directory (zoo evaluate: --data-dir; zoo fit: "
-        f"--data.init_args.data_dir) at a directory holding {dataset}/, or fetch it from its "
-        "public home (zoo fit: --data.init_args.download true; Python: download=True)."
+        f"environment variable or the data directory {flags} at a directory holding "
+        f"{dataset}/, {fetch}"
+    )
+
+
+def _warn_empty(dataset: str, split: str, empty: Sequence[Path], total: int) -> None:
+    """Warn (:class:`EmptyDataWarning`) that the files ``empty`` of ``split`` hold no bytes."""
+    if not empty:
+        return
+    files = ", ".join(str(p) for p in empty)
+    verb = "is" if len(empty) == 1 else "are"
+    rest = total - len(empty)
+    warnings.warn(
+        f"{dataset} {split}: {files} {verb} empty (0 bytes) and count{'s' if verb == 'is' else ''}"
+        f" as nothing: the {split} split is measured on its other {rest} of {total} documents; "
+        "restore the file if it is damaged",
+        EmptyDataWarning,
+        stacklevel=3,
     )
 
 
@@ -178,7 +237,7 @@ def locate(
     source: tuple[str, str] | None = None,
 ) -> Path:
     """The first of ``names`` found under ``<dir>/<folder>/`` of the search directories, or the file
-    downloaded from ``source = (url, file name)`` into the cache when ``download`` is on.
+    downloaded from ``source = (url, file name)`` into :func:`download_dir` when ``download`` is on.
 
     Raises:
         DataNotFoundError: not found locally, and not downloadable or not downloaded.
@@ -188,7 +247,7 @@ def locate(
         return found
     if download and source is not None:
         url, filename = source
-        return _download(url, cache_dir() / folder / filename)
+        return _download(url, download_dir(data_dir) / folder / filename)
     raise _not_found(folder, names, data_dir, hint)
 
 
@@ -197,20 +256,33 @@ def _pg19mini(data_dir, download: bool, splits: Sequence[str]) -> dict[str, list
     hint = "pg19mini is 60 Project Gutenberg books (18.7 MB gzipped)."
     out: dict[str, list[bytes]] = {}
     for split in splits:
-        out[split] = [
-            _read(
-                locate(
-                    "pg19mini",
-                    (f"{ebook}.txt.gz", f"{ebook}.txt"),
-                    data_dir,
-                    hint=hint,
-                    download=download,
-                    source=(URLS["pg19mini"].format(ebook=ebook), f"{ebook}.txt"),
-                )
+        paths = [
+            locate(
+                "pg19mini",
+                (f"{ebook}.txt.gz", f"{ebook}.txt"),
+                data_dir,
+                hint=hint,
+                download=download,
+                source=(URLS["pg19mini"].format(ebook=ebook), f"{ebook}.txt"),
             )
             for ebook in table[split]
         ]
+        out[split] = [_read(p) for p in paths]
+        empty = [p for p, doc in zip(paths, out[split], strict=True) if not doc]
+        _warn_empty("pg19mini", split, empty, len(paths))
     return out
+
+
+def _single_file(dataset: str, found: Path, data: bytes) -> bytes:
+    """``data``, the one file of ``dataset``; warns when it is empty (every split is then)."""
+    if not data:
+        warnings.warn(
+            f"{dataset}: {found} is empty (0 bytes): every split of {dataset} is empty; restore "
+            "the file if it is damaged",
+            EmptyDataWarning,
+            stacklevel=3,
+        )
+    return data
 
 
 def load_byte_corpus(
@@ -223,6 +295,9 @@ def load_byte_corpus(
 ) -> dict[str, list[bytes]]:
     """Documents of each requested split as raw bytes: ``{"train": [doc, ...], ...}``.
 
+    ``data_dir``, when given, is the only directory searched (see the module docstring). An empty
+    file gives an empty document and an :class:`EmptyDataWarning` naming it.
+
     Raises:
         DataNotFoundError: the files are not found where they are looked for (listed in the message)
             and ``download`` is off or the download failed.
@@ -233,7 +308,7 @@ def load_byte_corpus(
     if dataset == "text_file":
         if path is None or not Path(path).is_file():
             raise DataNotFoundError(f"text_file: path={path!r} is not a file; pass path=<file>.")
-        parts = _split_in_order(_read(Path(path)))
+        parts = _split_in_order(_single_file(dataset, Path(path), _read(Path(path))))
     elif dataset == "tinyshakespeare":
         found = locate(
             dataset,
@@ -243,7 +318,7 @@ def load_byte_corpus(
             download=download,
             source=(URLS[dataset], "input.txt"),
         )
-        parts = _split_in_order(_read(found))
+        parts = _split_in_order(_single_file(dataset, found, _read(found)))
     elif dataset == "enwik8":
         found = locate(
             dataset,
@@ -261,7 +336,7 @@ def load_byte_corpus(
             data_dir,
             hint="enwik8_prefix is a local-only set.",
         )
-        parts = _split_in_order(found.read_bytes())
+        parts = _split_in_order(_single_file(dataset, found, found.read_bytes()))
     else:
         raise ValueError(f"unknown byte-level dataset {dataset!r}")
     return {s: parts[s] for s in splits}
@@ -382,14 +457,16 @@ class ByteTextDataModule(LightningDataModule):
     Args:
         dataset: one of ``pg19mini``, ``enwik8``, ``enwik8_prefix``, ``tinyshakespeare``,
             ``text_file`` (see the module docstring for splits).
-        data_dir: directory holding ``<dataset>/``; ``$ZOO_DATA_DIR`` is searched next.
+        data_dir: directory holding ``<dataset>/``, the only one searched when given (default:
+            ``$ZOO_DATA_DIR``, then the download cache).
         path: the file for ``dataset="text_file"``.
         seq_len: window length; ``None`` uses the model's ``max_seq_len``.
         batch_size: training windows per batch.
         eval_batch_size: windows per evaluation batch (default: ``batch_size``).
         train_samples_per_epoch: random windows per training epoch (default: enough windows to cover
             the training split once).
-        download: fetch missing files from the set's public home into ``$ZOO_CACHE_DIR``.
+        download: fetch missing files from the set's public home into ``data_dir`` (default:
+            ``$ZOO_CACHE_DIR``).
         num_workers: DataLoader worker processes.
         seed: seed of the random training windows.
         prompts: texts that ``zoo predict`` continues (one sample per prompt).

@@ -5,13 +5,15 @@ Data sets (``dataset=``):
 - ``multi30k``: Multi30k task 1 (Elliott et al. 2016), en/de/fr/cs image captions: ``train`` 29,000
   pairs, ``val`` 1,014, and the test sets ``test_2016_flickr`` (1,000; the standard one),
   ``test_2017_flickr``, ``test_2017_mscoco``, ``test_2018_flickr``. Files ``raw/<split>.<lang>.gz``
-  from ``data_dir`` or ``$ZOO_DATA_DIR`` under ``multi30k/``, else (``download=True``) from the
-  dataset's GitHub repository.
+  from ``multi30k/`` under ``data_dir`` when it is given (the only place searched then), else under
+  ``$ZOO_DATA_DIR`` or the download cache; with ``download=True`` missing files are fetched from the
+  dataset's GitHub repository (into ``data_dir`` when given).
 - ``wmt14``: WMT14 English-German as in the Transformer paper (§5.1, about 4.5M pairs): ``train``
   is Europarl v7 + Common Crawl + News Commentary v9, ``newstest2013`` the usual validation set and
   ``newstest2014`` (the full 3,003-sentence release, as sacrebleu's ``wmt14/full``) the test set.
-  The files are read from ``wmt14/`` under ``data_dir`` or ``$ZOO_DATA_DIR`` (extracted, or the
-  statmt.org tarballs themselves), else (``download=True``) fetched from statmt.org; the SGML test
+  The files are read from ``wmt14/`` under ``data_dir`` (alone, when given) or else ``$ZOO_DATA_DIR``
+  or the cache (extracted, or the statmt.org tarballs themselves), else (``download=True``) fetched
+  from statmt.org into the same place; the SGML test
   files are reduced to their ``<seg>`` lines with whitespace collapsed, as sacrebleu does.
 - ``text_files``: any parallel corpus as aligned plain-text files ``<path>/<split>.<lang>``.
 
@@ -42,7 +44,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.config import require_positive
-from zoo.data.text import _download, _find, _not_found, cache_dir
+from zoo.data.text import _download, _find, _not_found, download_dir
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -86,7 +88,8 @@ def _multi30k(split: str, lang: str, data_dir, download: bool) -> list[str]:
     if path is None:
         if not download:
             raise _not_found("multi30k", [f"raw/{name}"], data_dir, "")
-        path = _download(MULTI30K_URL.format(name=name), cache_dir() / "multi30k" / "raw" / name)
+        dest = download_dir(data_dir) / "multi30k" / "raw" / name
+        path = _download(MULTI30K_URL.format(name=name), dest)
     return _read_lines(path)
 
 
@@ -143,8 +146,9 @@ def _wmt14(split: str, lang: str, role: str, data_dir, download: bool) -> list[s
                 if not download:
                     raise _not_found("wmt14", [member, tarball], data_dir,
                                      f"It is in {WMT14_URLS[tarball]}.")  # fmt: skip
-                archive = _download(WMT14_URLS[tarball], cache_dir() / "wmt14" / tarball)
-            path = _extract(archive, member, cache_dir() / "wmt14" / member)
+                dest = download_dir(data_dir) / "wmt14" / tarball
+                archive = _download(WMT14_URLS[tarball], dest)
+            path = _extract(archive, member, download_dir(data_dir) / "wmt14" / member)
         lines += _read_lines(path)
     return lines
 
@@ -273,7 +277,8 @@ class TranslationDataModule(LightningDataModule):
     Args:
         dataset: ``multi30k``, ``wmt14`` or ``text_files`` (module docstring).
         source_lang, target_lang: language codes of the files (``de``, ``en``, ...).
-        data_dir: directory holding ``multi30k/``; ``$ZOO_DATA_DIR`` is searched next.
+        data_dir: directory holding ``multi30k/``, the only one searched when given (default:
+            ``$ZOO_DATA_DIR``, then the download cache).
         path: the directory of ``text_files``.
         vocab_size: size of the joint BPE vocabulary learned on the training split.
         max_tokens: tokens (padded source or target) per training batch.

@@ -336,7 +336,10 @@ Recorded in `checkpoints.yaml` (`structure`) and checked against the config by t
 
 
 def _lineage_section(facts: dict[str, Any]) -> str:
-    """Where the checkpoint comes from: recipe, code, versions, data, parent."""
+    """Where the checkpoint comes from: recipe, code, versions, data, parent (named as
+    :func:`zoo.lineage.checkpoint_name` names it, never a local folder)."""
+    from zoo.lineage import checkpoint_name
+
     lineage = facts.get("lineage") or {}
     commits = lineage.get("git_commits")
     data = lineage.get("data")
@@ -354,7 +357,7 @@ def _lineage_section(facts: dict[str, Any]) -> str:
          f"`{data['sha256']}` (zoo.lineage"
          + ("; recomputed at export from the run's data settings, as the run predates it)"
             if data.get("recorded") == "at export" else ")") if data else "not recorded"),
-        ("fine-tuned from", f"`{lineage['parent']}`" if lineage.get("parent")
+        ("fine-tuned from", f"`{checkpoint_name(lineage['parent'])}`" if lineage.get("parent")
          else "– (trained from scratch)"),
     ]  # fmt: skip
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)

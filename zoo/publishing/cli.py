@@ -1,12 +1,12 @@
 """The checkpoint commands of ``zoo``: list, pull, evaluate, export, push.
 
 zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--context '>=4096']
-         [--markdown | --write-readme]
+         [--wide | --markdown | --json | --write-readme]
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
-zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR]
+zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR] [--name N]
 zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] [--blocks N]
-             [--out-dir DIR]
+             [--out-dir DIR] [--name N]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
            [--by-context DIR] [--samples PNG] [--bench DIR]
@@ -16,10 +16,14 @@ zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import logging
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -39,6 +43,31 @@ def _console() -> Console:
     """Rich output; 132 columns when not a terminal (logs) unless COLUMNS says otherwise, so
     tables keep one line per row."""
     return Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=132)
+
+
+def _emit(text: str) -> None:
+    """Write ``text`` to stdout. A reader that has closed the pipe (``zoo list | head``) ends the
+    command quietly, with status 0.
+
+    Raises:
+        SystemExit: with status 0, when the pipe is closed.
+    """
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        try:  # Python flushes stdout again at exit: let that flush find /dev/null, not the pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):  # not a file descriptor (tests)
+            pass
+        raise SystemExit(0) from None
+
+
+def _rendered(console: Console, renderable) -> str:
+    """What ``console`` prints for ``renderable`` (with its colours when it has any)."""
+    with console.capture() as captured:
+        console.print(renderable)
+    return captured.get()
 
 
 def _whole(entry, split: str) -> str:
@@ -85,11 +114,132 @@ def _readme_with_table(readme: str, table: str) -> str:
     return pattern.sub(lambda _: f"{README_START}\n{table}\n{README_END}", readme)
 
 
+def _list_record(e, registry) -> dict:
+    """One checkpoint as ``zoo list --json`` gives it (the parent named, never a local folder)."""
+    from zoo.hub import weights_source
+    from zoo.lineage import checkpoint_name
+
+    st, head = e.structure, e.headline
+    return {
+        "name": e.name,
+        "family": e.model_type,
+        "task": e.task,
+        "attention": st.get("pattern"),
+        "causal": st.get("causal", True),
+        "context": st.get("context"),
+        "parameters": e.parameters,
+        "dataset": e.dataset,
+        "headline": {
+            "name": head.name,
+            "value": head.value,
+            "unit": head.kind.unit,
+            "split": head.split,
+            "windows": head.windows,
+        },
+        "parent": checkpoint_name(e.training.get("parent")),
+        "weights_from": weights_source(e, registry),
+        "repo_id": e.repo_id,
+        "revision": e.revision,
+        "recipe": e.recipe,
+    }
+
+
+def _wide_table(entries, records, title: str) -> Table:
+    """Every column of ``zoo list``: name, attention, context, params, data, test, parent, weights."""
+    table = Table(title=title)
+    for col in ("name", "attention", "context", "params", "data", "test", "parent", "weights from"):
+        right = col in ("params", "test", "context")
+        table.add_column(col, justify="right" if right else "left", no_wrap=True)
+    for e, r in zip(entries, records, strict=True):
+        table.add_row(
+            e.name,
+            f"{r['attention'] or '?'}" + ("" if r["causal"] else " (looks ahead)"),
+            f"{r['context'] or 0:,}",
+            f"{e.parameters / 1e6:.2f}M",
+            e.dataset,
+            _whole(e, "test"),
+            r["parent"] or "–",
+            r["weights_from"],
+        )
+    return table
+
+
+def _family(model_type: str) -> str:
+    """A model family in a word or two: ``routing_transformer_lm`` -> ``routing``,
+    ``transformer_seq2seq`` -> ``seq2seq``, ``transformer_lm`` -> ``transformer``."""
+    words = [w for w in model_type.split("_") if w != "lm"]
+    return " ".join([w for w in words if w != "transformer"] or words)
+
+
+SHORT_UNITS = {"bits/byte": "bpb", "bits/dim": "bpd"}
+
+
+def _narrow_table(entries, title: str, short: bool = False) -> Table:
+    """The columns that fit a narrow terminal: name, family, context, params and the test metric.
+    The name never wraps; ``short`` spaces the columns by one character and abbreviates the units
+    (explained in the caption), so that the table fits 80 characters."""
+    caption = "bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
+    table = Table(title=title, box=None, pad_edge=False, padding=(0, 0, 0, 1) if short else (0, 1),
+                  header_style="bold underline",
+                  caption=caption + "zoo list --wide: every column")  # fmt: skip
+    table.add_column("name", no_wrap=True, min_width=max(len(e.name) for e in entries))
+    table.add_column("family")
+    for col in ("context", "params", "test"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for e in entries:
+        test = _whole(e, "test")
+        if short:
+            test = " ".join(SHORT_UNITS.get(w, w) for w in test.split(" "))
+        table.add_row(
+            e.name,
+            _family(e.model_type),
+            f"{e.structure.get('context', 0):,}",
+            f"{e.parameters / 1e6:.2f}M",
+            test,
+        )
+    return table
+
+
+def _width(console: Console, table: Table) -> tuple[int, int]:
+    """The (minimum, natural) width of ``table`` in characters, whatever ``console``'s width."""
+    from rich.measure import Measurement
+
+    m = Measurement.get(console, console.options.update_width(100_000), table)
+    return m.minimum, m.maximum
+
+
+def _listing(entries, registry, console: Console, wide: bool) -> str:
+    """``zoo list``'s table as text: every column when they fit ``console``'s width or, with
+    ``wide``, in lines as long as they need; else the narrow columns (:func:`_narrow_table`, roomy
+    or short), else one line per checkpoint."""
+    title = f"published checkpoints ({registry.path})"
+    records = [_list_record(e, registry) for e in entries]
+    full = _wide_table(entries, records, title)
+    natural = _width(console, full)[1]
+    if wide or natural <= console.width:
+        console.width = max(console.width, natural)  # --wide: lines longer than the terminal
+        return _rendered(console, full)
+    for short in (False, True):
+        narrow = _narrow_table(entries, "published checkpoints", short)
+        if _width(console, narrow)[1] <= console.width:
+            return _rendered(console, narrow)
+    return "".join(
+        f"{e.name}: {e.model_type}, context {e.structure.get('context', 0):,}, "
+        f"{e.parameters / 1e6:.2f}M parameters, test {_whole(e, 'test')}\n"
+        for e in entries
+    )
+
+
 def list_main(args: list[str]) -> None:
-    from zoo.hub import load_registry, weights_source
+    from zoo.hub import load_registry
     from zoo.hub.registry import TASKS, list_pretrained
 
-    parser = argparse.ArgumentParser(prog="zoo list", description="The published checkpoints.")
+    parser = argparse.ArgumentParser(
+        prog="zoo list",
+        description="The published checkpoints. A terminal narrower than the full table gets the "
+        "narrow view (name, family, context, parameters, test metric); --wide prints every "
+        "column, --markdown and --json are for scripts.",
+    )
     parser.add_argument("pattern", nargs="?", help="a glob over names, e.g. 'routing*'")
     parser.add_argument("--task", choices=sorted(TASKS))
     parser.add_argument("--attention", metavar="PATTERN",
@@ -100,9 +250,12 @@ def list_main(args: list[str]) -> None:
     causal.add_argument("--lookahead", action="store_const", const=False, dest="causal",
                         help="only models whose evaluation looks ahead (top-w routing)")  # fmt: skip
     parser.add_argument("--context", metavar="N", help="context length: N, '>=4096', '<1024', ...")
-    parser.add_argument("--markdown", action="store_true", help="print the README's table")
-    parser.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
-                        help="regenerate the table in README (default README.md)")  # fmt: skip
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--wide", action="store_true", help="every column, whatever the width")
+    view.add_argument("--markdown", action="store_true", help="print the README's table")
+    view.add_argument("--json", action="store_true", help="one JSON list, for scripts")
+    view.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
+                      help="regenerate the table in README (default README.md)")  # fmt: skip
     ns = parser.parse_args(args)
     registry = load_registry()
     filters = (ns.pattern, ns.task, ns.attention, ns.causal, ns.context)
@@ -113,35 +266,18 @@ def list_main(args: list[str]) -> None:
                                   causal=ns.causal, context=ns.context)  # fmt: skip
     except ConfigError as e:
         parser.error(str(e))
-    if ns.markdown or ns.write_readme:
-        table = markdown_table(entries)
-        if ns.write_readme:
-            path = Path(ns.write_readme)
-            path.write_text(_readme_with_table(path.read_text(), table))
-            print(f"updated the checkpoint table of {path}")
-        else:
-            print(table)
-        return
-    if not entries:
-        print("no published checkpoint matches these filters")
-        return
-    table = Table(title=f"published checkpoints ({registry.path})")
-    for col in ("name", "attention", "context", "params", "data", "test", "parent", "weights from"):
-        right = col in ("params", "test", "context")
-        table.add_column(col, justify="right" if right else "left", no_wrap=True)
-    for e in entries:
-        st = e.structure
-        table.add_row(
-            e.name,
-            st.get("pattern", "?") + ("" if st.get("causal", True) else " (looks ahead)"),
-            f"{st.get('context', 0):,}",
-            f"{e.parameters / 1e6:.2f}M",
-            e.dataset,
-            _whole(e, "test"),
-            e.training.get("parent") or "–",
-            weights_source(e, registry),
-        )
-    _console().print(table)
+    if ns.write_readme:
+        path = Path(ns.write_readme)
+        path.write_text(_readme_with_table(path.read_text(), markdown_table(entries)))
+        _emit(f"updated the checkpoint table of {path}\n")
+    elif ns.markdown:
+        _emit(markdown_table(entries) + "\n")
+    elif ns.json:
+        _emit(json.dumps([_list_record(e, registry) for e in entries], indent=2) + "\n")
+    elif not entries:
+        _emit("no published checkpoint matches these filters\n")
+    else:
+        _emit(_listing(entries, registry, _console(), ns.wide))
 
 
 def pull_main(args: list[str]) -> None:
@@ -162,8 +298,6 @@ def pull_main(args: list[str]) -> None:
 
 def evaluate_main(args: list[str]) -> None:
     from zoo.callbacks import quiet_lightning_warnings
-    from zoo.evaluation import evaluate, save_metric
-    from zoo.hub import load_registry
 
     parser = argparse.ArgumentParser(
         prog="zoo evaluate",
@@ -188,7 +322,8 @@ def evaluate_main(args: list[str]) -> None:
     search.add_argument("--beam-size", type=int)
     search.add_argument("--alpha", type=float, help="GNMT length penalty exponent")
     parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--data-dir", help="default: $ZOO_DATA_DIR")
+    parser.add_argument("--data-dir", help="the directory holding <dataset>/, the only place "
+                        "searched when given (default: $ZOO_DATA_DIR, then the download cache)")  # fmt: skip
     parser.add_argument("--out", help="add the result to this JSON file (zoo export reads it)")
     parser.add_argument(
         "--registered",
@@ -209,6 +344,9 @@ def evaluate_main(args: list[str]) -> None:
                     "of context (default: non-overlapping windows)")  # fmt: skip
     by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised> (by_context/... "
                     "with --by-context)")  # fmt: skip
+    by.add_argument("--name", help="--by-position / --by-context: what the files call the model "
+                    "(default: SOURCE); give the published name of a run you will `zoo export`, "
+                    "so that its files name the checkpoint, not a local folder")  # fmt: skip
     ctx = parser.add_argument_group("bits per byte of the same bytes by context length")
     ctx.add_argument("--by-context", type=int, nargs="*", metavar="C",
                      help="score the same target bytes with windows of C bytes for each C "
@@ -237,10 +375,16 @@ def evaluate_main(args: list[str]) -> None:
         parser.error("--target-len, --block-spacing and --blocks go with --by-context")
     if not ns.by_position and (
         ns.context is not None
-        or (ns.out_dir is not None and not by_context)
+        or ((ns.out_dir is not None or ns.name is not None) and not by_context)
         or ns.stride is not None
     ):
-        parser.error("--context, --stride and --out-dir go with --by-position")
+        parser.error("--context, --stride, --out-dir and --name go with --by-position")
+    for flag, value, whole in (("--windows", ns.windows, True),
+                               ("--first-bytes", ns.first_bytes, True),
+                               ("--batch-size", ns.batch_size, False)):  # fmt: skip
+        if value is not None and value < 1:
+            fix = " (leave it out to measure the whole split)" if whole else ""
+            parser.exit(2, f"zoo evaluate: error: {flag} must be >= 1, got {value}{fix}\n")
     if ns.by_position and (ns.registered or ns.out or ns.precision != "32-true"):
         parser.error(
             "--by-position measures in fp32 and writes its own files (--out-dir): not with "
@@ -248,6 +392,37 @@ def evaluate_main(args: list[str]) -> None:
         )
     quiet_lightning_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
+    with _one_line_warnings("zoo evaluate"):
+        _evaluate(ns)
+
+
+@contextlib.contextmanager
+def _one_line_warnings(prog: str):
+    """Print the data sets' warnings (:class:`~zoo.data.text.EmptyDataWarning`) as one line each,
+    ``<prog>: warning: ...`` on stderr; other warnings as Python shows them."""
+    from zoo.data.text import EmptyDataWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, EmptyDataWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+def _evaluate(ns: argparse.Namespace) -> None:
+    """``zoo evaluate`` once its arguments are checked: measure, compare or profile ``ns.source``."""
+    from zoo.evaluation import evaluate, save_metric
+    from zoo.hub import load_registry
+
+    by_context = ns.by_context is not None
     ns.dataset = ns.dataset or _dataset_of(ns.source)
     if ns.by_position:
         _by_position(ns)
@@ -280,8 +455,13 @@ def evaluate_main(args: list[str]) -> None:
                      data_dir=ns.data_dir)  # fmt: skip
         diff = m.value - reg.value
         tolerance = reg.kind.tolerance if ns.tolerance is None else ns.tolerance
-        ok = abs(diff) <= tolerance
-        if not ok:
+        same_data = not reg.targets or m.targets == reg.targets
+        ok = abs(diff) <= tolerance and same_data
+        if not same_data:  # an empty or changed file: the value is of other data
+            failed.append(f"{reg.label}: measured on {m.targets:,} {reg.kind.targets}, registered "
+                          f"on {reg.targets:,}: the data differs from what was registered (an "
+                          "empty or changed file?)")  # fmt: skip
+        elif not ok:
             failed.append(f"{reg.label}: {diff:+.4f} {reg.kind.unit} (tolerance {tolerance})")
         style = "green" if ok else "bold red"
         label = f"{reg.label}, {reg.search_text}" if reg.search_text else reg.label
@@ -318,7 +498,10 @@ def _sanitised(source: str) -> str:
 
 
 def _by_position(ns: argparse.Namespace) -> None:
-    """``zoo evaluate SOURCE --by-position``: measure, print the table, write the files."""
+    """``zoo evaluate SOURCE --by-position``: measure, print the table, write the files (which
+    call the model ``--name``, default SOURCE)."""
+    import dataclasses
+
     import torch
 
     from zoo.evaluation import bits_by_position, save_position_profile
@@ -353,12 +536,16 @@ def _by_position(ns: argparse.Namespace) -> None:
             "beyond are extrapolation"
         )
     out = ns.out_dir or str(Path("by_position") / _sanitised(ns.source))
-    paths = save_position_profile(profile, out)
+    named = dataclasses.replace(profile, source=ns.name) if ns.name else profile
+    paths = save_position_profile(named, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")
 
 
 def _by_context(ns: argparse.Namespace) -> None:
-    """``zoo evaluate SOURCE --by-context [C ...]``: measure, print the table, write the files."""
+    """``zoo evaluate SOURCE --by-context [C ...]``: measure, print the table, write the files
+    (which call the model ``--name``, default SOURCE)."""
+    import dataclasses
+
     import torch
 
     from zoo.by_context import bits_by_context, save_context_profile
@@ -384,7 +571,8 @@ def _by_context(ns: argparse.Namespace) -> None:
         )
     _console().print(table)
     out = ns.out_dir or str(Path("by_context") / _sanitised(ns.source))
-    paths = save_context_profile(p, out)
+    named = dataclasses.replace(p, source=ns.name) if ns.name else p
+    paths = save_context_profile(named, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")
 
 
@@ -419,6 +607,10 @@ def export_main(args: list[str]) -> None:
     parser.add_argument("--bench", metavar="DIR", help="the folder of `zoo bench NAME --out-dir "
                         "DIR` (bench.md/.json/.png): published, in the card")  # fmt: skip
     ns = parser.parse_args(args)
+    if ns.repo_id is not None:
+        from zoo.publishing.push import checked_repo_id
+
+        checked_repo_id(ns.repo_id)
     results = ns.results or str(Path(ns.run) / "results.json")
     metrics = load_metrics(results)
     out = export_run(
@@ -441,7 +633,7 @@ def export_main(args: list[str]) -> None:
 
 def push_main(args: list[str]) -> None:
     from zoo.evaluation import load_metrics
-    from zoo.publishing.push import pin_revision, push
+    from zoo.publishing.push import checked_repo_id, pin_revision, push
 
     parser = argparse.ArgumentParser(
         prog="zoo push",
@@ -462,6 +654,7 @@ def push_main(args: list[str]) -> None:
         help="pin the new commit in checkpoints.yaml (the entry with these files)",
     )
     ns = parser.parse_args(args)
+    checked_repo_id(ns.repo_id)  # before anything is read or exported
     metrics = None
     if not (Path(ns.source) / "config.json").is_file() and ns.name:
         metrics = load_metrics(ns.results or str(Path(ns.source) / "results.json"))

@@ -12,6 +12,10 @@ The folder (``zoo export``) holds exactly what is pushed and shipped under ``che
 - optionally ``by_position.*`` (bits per byte by position), ``samples*.png`` (image models) and
   ``bench.*`` (``zoo bench``), each shown in the card.
 
+Published files name checkpoints, not folders of the machine that trained them: the parent
+(``init_from``) is written as :func:`zoo.lineage.checkpoint_name` gives it, and the card calls
+the measured model by the checkpoint's name.
+
 :func:`register` records the folder in ``checkpoints.yaml``; :func:`refresh_card` renders a
 registered checkpoint's card again.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,7 @@ from zoo.golden import GOLDEN_NAME
 from zoo.golden import record as record_golden
 from zoo.hub.download import sha256_file
 from zoo.hub.registry import CheckpointEntry, Metric, Registry, load_registry
-from zoo.lineage import git_commit
+from zoo.lineage import checkpoint_name, git_commit
 from zoo.publishing.cards import model_card, structure_of, task_of
 
 __all__ = [
@@ -375,13 +380,18 @@ def export_run(
         shutil.copyfile(recipe, out / "recipe.yaml")
     config = json.loads((out / "config.json").read_text())
     facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
+    lineage = facts.get("lineage") or {}
+    if lineage.get("parent"):  # a checkpoint's name or its run's recipe, not a local folder
+        lineage["parent"] = checkpoint_name(lineage["parent"])
     (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
     if by_position is not None:
         _copy_measured(by_position, BY_POSITION_FILES, BY_POSITION_FILES, out,
                        f"zoo evaluate {source} --by-position --out-dir {by_position}")  # fmt: skip
+        _warn_local_source(out, "by_position", name)
     if by_context is not None:
         _copy_measured(by_context, BY_CONTEXT_FILES, BY_CONTEXT_FILES, out,
                        f"zoo evaluate {source} --by-context --out-dir {by_context}")  # fmt: skip
+        _warn_local_source(out, "by_context", name)
     if samples is not None:
         grid = Path(samples)
         if not grid.is_file():
@@ -404,9 +414,9 @@ def export_run(
         facts,
         repo_id or f"{DEFAULT_NAMESPACE}/{name}",
         task=task_of(metrics),
-        by_position=md.read_text() if md.is_file() else None,
+        by_position=_named(md, _profile_source(out, "by_position"), name),
         by_position_plot=png.name if png.is_file() else None,
-        by_context=ctx_md.read_text() if ctx_md.is_file() else None,
+        by_context=_named(ctx_md, _profile_source(out, "by_context"), name),
         by_context_plot=ctx_png.name if ctx_png.is_file() else None,
         by_context_command=(
             load_context_profile(out).command(name) if (out / "by_context.json").is_file() else None
@@ -417,6 +427,39 @@ def export_run(
     )
     card.save(out / "README.md")
     return out
+
+
+def _profile_source(out: Path, stem: str) -> str | None:
+    """The ``source`` that ``out/<stem>.json`` (a by-position or by-context profile) records."""
+    try:
+        return str(json.loads((out / f"{stem}.json").read_text())["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _named(md: Path, source: str | None, name: str) -> str | None:
+    """The text of a profile's markdown ``md`` for the card, calling the model ``name`` where it
+    says `` `source` `` (``None`` without the file)."""
+    if not md.is_file():
+        return None
+    text = md.read_text()
+    return text.replace(f"`{source}`", f"`{name}`") if source and source != name else text
+
+
+def _warn_local_source(out: Path, stem: str, name: str) -> None:
+    """Warn when the profile copied to ``out/<stem>.*`` calls the model by a local path: those
+    files are published as measured (the card names ``name``)."""
+    from zoo.pretrained import explicit_path
+
+    source = _profile_source(out, stem)
+    if source is None or explicit_path(source) is None:
+        return
+    warnings.warn(
+        f"{stem}.json/.md/.png call the model {source!r}, a local path, and are published as "
+        f"measured (the card says {name}): measure with `zoo evaluate {source} --{stem.replace('_', '-')} "
+        f"--name {name}` to name the checkpoint in them too",
+        stacklevel=3,
+    )
 
 
 def _copy_measured(
@@ -507,7 +550,7 @@ def register(
             k: facts.get(k)
             for k in ("optimizer_steps", "tokens", "wall_time_s", "hardware", "precision")
         }
-        | {"parent": (facts.get("lineage") or {}).get("parent")},  # fmt: skip
+        | {"parent": checkpoint_name((facts.get("lineage") or {}).get("parent"))},  # fmt: skip
         structure=structure_of(meta, facts),
     )
     registry.with_entry(entry).save()

@@ -12,14 +12,36 @@ import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
+from huggingface_hub.utils import validate_repo_id
 
 from zoo.errors import CheckpointError, ConfigError, HubError
 from zoo.hub.download import endpoint, sha256_file
 from zoo.hub.registry import CheckpointEntry, Metric, load_registry
 from zoo.publishing.export import PUBLISHED_FILES, export_run
 
-__all__ = ["pin_revision", "push"]
+__all__ = ["checked_repo_id", "pin_revision", "push"]
+
+REPO_ID_RULE = (
+    "a Hub repo id is 'namespace/name' (or 'name'): letters, digits, '-', '_' and '.', not "
+    "starting or ending with '-' or '.', no '--' or '..', the name at most 96 characters"
+)
+
+
+def checked_repo_id(repo_id: str) -> str:
+    """``repo_id`` if the Hub accepts it (huggingface_hub's own ``validate_repo_id``).
+
+    Raises:
+        ConfigError: a one-line error naming the id and the rule.
+    """
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise ConfigError(
+            f"--repo-id {repo_id!r} is not a valid repo id: {REPO_ID_RULE} (e.g. "
+            "you/transformer_lm_small.pg19mini)"
+        ) from None
+    return repo_id
 
 
 def _refusal(e: HfHubHTTPError, repo_id: str) -> HubError:
@@ -53,8 +75,12 @@ def push(
     repo is created if needed; only :data:`PUBLISHED_FILES` are uploaded, in one commit.
 
     Raises:
-        HubError: the Hub refused (no token, no rights, ...), with the server's message.
+        ConfigError: ``repo_id`` is not a valid Hub repo id (:func:`checked_repo_id`), or
+            ``source`` is a run without ``name`` and ``recipe``; CheckpointError: the folder lacks
+            its config or weights; HubError: the Hub refused (no token, no rights, ...), with the
+            server's message.
     """
+    checked_repo_id(repo_id)
     folder = Path(source)
     tmp = None
     if not (folder / "config.json").is_file():
