@@ -14,9 +14,9 @@ from zoo.tasks import Translation
 TOKENIZER = train_bpe(["ein Hund läuft im Park"] * 5, vocab_size=64)
 
 
-def _checkpoint(path, step, seed, **extra):
+def _checkpoint(path, step, seed, model_config=None, **extra):
     torch.manual_seed(seed)
-    task = Translation(model="transformer_tiny")
+    task = Translation(model="transformer_tiny", model_config=model_config)
     ckpt = {
         "global_step": step,
         "epoch": 0,
@@ -60,6 +60,26 @@ def test_checkpoints_of_different_models_are_refused(tmp_path):
     (tmp_path / "c.ckpt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="c.ckpt could not be read"):
         average_checkpoints([tmp_path / "a.ckpt", tmp_path / "c.ckpt"])
+
+
+def test_a_sparsemax_run_and_a_dense_run_are_not_averaged(tmp_path, capsys):
+    """Same tensor shapes, different functions: the saved configs decide. Dropout and the
+    training settings may differ (one architecture); the attention mapping may not."""
+    _checkpoint(tmp_path / "dense.ckpt", 1, seed=0)
+    _checkpoint(
+        tmp_path / "sparse.ckpt", 2, seed=1, model_config={"attention_mapping": "sparsemax"}
+    )
+    with pytest.raises(SystemExit) as e:
+        main(["average", str(tmp_path / "dense.ckpt"), str(tmp_path / "sparse.ckpt"),
+              "--out", str(tmp_path / "out.ckpt")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "dense.ckpt and " in err and "sparse.ckpt are checkpoints of different models" in err
+    assert "attention_mapping is 'softmax' in dense.ckpt but 'sparsemax' in sparse.ckpt" in err
+    assert not (tmp_path / "out.ckpt").exists()
+    _checkpoint(tmp_path / "dropout.ckpt", 3, seed=2, model_config={"dropout": 0.3})
+    averaged = average_checkpoints([tmp_path / "dense.ckpt", tmp_path / "dropout.ckpt"])
+    assert averaged["averaged_from"]["global_steps"] == [1, 3]
 
 
 def test_integer_buffers_must_agree(tmp_path):

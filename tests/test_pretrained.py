@@ -51,6 +51,31 @@ def test_dtype_and_device(saved):
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize(
+    "option, message, fix",
+    [
+        ({"device": "cuda"}, "device='cuda': this machine has no cuda device", "device='cpu'"),
+        ({"device": "cpu:x"}, "device='cpu:x' is not a device", "use 'cpu', 'cuda'"),
+        ({"dtype": torch.int8}, "dtype=torch.int8 is not a dtype to", "torch.bfloat16"),
+    ],
+)
+def test_device_and_dtype_are_checked_before_loading(saved, monkeypatch, option, message, fix):
+    """A CPU-only machine asked for CUDA, or an integer dtype: a one-line error naming the value
+    and the fix, before any file is read (not a torch traceback after loading)."""
+    import zoo.pretrained
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only build
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the weights were read before the options were checked")
+
+    monkeypatch.setattr(zoo.pretrained, "load_weights", no_loading)
+    with pytest.raises(ConfigError) as err:
+        zoo.from_pretrained(saved[1], **option)
+    text = str(err.value)
+    assert message in text and fix in text and "\n" not in text
+
+
 def test_truncated_weights_give_a_checkpoint_error(unverified):
     _, path = unverified
     weights = path / "model.safetensors"

@@ -9,6 +9,15 @@ test time.
 --ckpt_path`` (and ``zoo translate``) loads like any other: the newest input's hyperparameters,
 tokenizer and loop state, the averaged ``state_dict``, and ``averaged_from`` (files and steps); no
 optimizer state, since the average is not a point the optimizer visited.
+
+Only checkpoints of one model are averaged, read from their saved hyperparameters before their
+tensors: the task (``_class_path``) and the model's full config (the preset ``model`` with its
+``model_config`` overrides) must agree, since two models can share every tensor shape and still
+compute different functions (a sparsemax and a softmax attention). Settings that do not change
+what the trained model computes may differ: the task's optimisation and decoding settings (``lr``,
+``warmup_steps``, ``beam_size``, ...), every dropout rate (inactive in eval mode), and the config's
+``training_only`` fields (e.g. the routing centroids' update rule). A checkpoint without saved
+hyperparameters is compared by its tensors alone.
 """
 
 from __future__ import annotations
@@ -21,10 +30,10 @@ from typing import Any
 import torch
 from rich.progress import track
 
-from zoo.errors import CheckpointError, ConfigError
+from zoo.errors import CheckpointError, ConfigError, UnknownModelError
 from zoo.pretrained import atomic_path
 
-__all__ = ["average_checkpoints", "last_checkpoints", "save_average"]
+__all__ = ["average_checkpoints", "last_checkpoints", "model_settings", "save_average"]
 
 DROPPED = ("optimizer_states", "lr_schedulers", "callbacks")  # state of the optimizer's own path
 
@@ -40,6 +49,61 @@ def _load(path: Path, mmap: bool = False) -> dict[str, Any]:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} has no state_dict: it is not a Lightning checkpoint.")
     return ckpt
+
+
+def _neutral(name: str, config_class: type | None) -> bool:
+    """Whether config field ``name`` may differ between averaged checkpoints: a dropout rate
+    (inactive in eval mode) or a ``training_only`` field of the config class."""
+    return "dropout" in name or name in getattr(config_class, "training_only", ())
+
+
+def model_settings(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a Lightning checkpoint's ``hyper_parameters`` that decide which model it
+    holds: ``task`` (the saved ``_class_path``), ``family`` and every field of the model's config
+    (its preset with the ``model_config`` overrides), without the fields that may differ (dropout
+    rates, ``training_only``). A preset this zoo does not know, or ``model=None`` with ``init_from``
+    (the architecture is the pretrained checkpoint's), gives the raw ``model``,
+    ``model_config`` and ``init_from`` instead.
+    """
+    from zoo.registry import get_preset
+
+    out: dict[str, Any] = {}
+    if hparams.get("_class_path"):
+        out["task"] = str(hparams["_class_path"])
+    overrides = dict(hparams.get("model_config") or {})
+    try:
+        preset = get_preset(hparams.get("model"))
+        config = preset.config.replace(**overrides)
+    except (UnknownModelError, ConfigError, TypeError):  # compare what was saved instead
+        raw = {k: hparams.get(k) for k in ("model", "init_from")}
+        raw |= {f"model_config.{k}": v for k, v in sorted(overrides.items())}
+        return out | {k: v for k, v in raw.items() if not _neutral(k.split(".")[-1], None)}
+    out["family"] = preset.family
+    fields = config.to_dict()
+    return out | {k: v for k, v in fields.items() if not _neutral(k, type(config))}
+
+
+def _check_same_model(first: Path, hp_first: Any, path: Path, hp: Any) -> None:
+    """Raise :class:`CheckpointError` naming the first setting in which ``path``'s saved
+    hyperparameters describe another model than ``first``'s (no check if either has none)."""
+    if not isinstance(hp_first, dict) or not isinstance(hp, dict):
+        return
+    a, b = model_settings(hp_first), model_settings(hp)
+    for key in list(a) + [k for k in b if k not in a]:
+        if _same(a.get(key), b.get(key)):
+            continue
+        raise CheckpointError(
+            f"{first} and {path} are checkpoints of different models: {key} is "
+            f"{a.get(key)!r} in {first.name} but {b.get(key)!r} in {path.name}. Average "
+            "checkpoints of one model (only dropout and the training settings may differ)."
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as saved values: a tuple and the list YAML or JSON turned it into are the same."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
@@ -78,22 +142,26 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], progress: bool = Fal
     (integer buffers) must be equal in every checkpoint.
 
     Raises:
-        CheckpointError: an unreadable file, or checkpoints of different models (keys or shapes).
+        CheckpointError: an unreadable file, or checkpoints of different models: their saved
+            hyperparameters (:func:`model_settings`, the first differing setting named), tensor
+            names or shapes.
     """
     paths = [Path(p) for p in paths]
     if not paths:
         raise ConfigError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
     first: dict[str, torch.Tensor] = {}
+    first_hparams: Any = None
     steps: list[int] = []
     for path in track(paths, description="averaging", disable=not progress, transient=True):
         ckpt = _load(path)
         steps.append(int(ckpt.get("global_step", -1)))
         state = ckpt["state_dict"]
         if not first:
-            first = state
+            first, first_hparams = state, ckpt.get("hyper_parameters")
             total = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
             continue
+        _check_same_model(paths[0], first_hparams, path, ckpt.get("hyper_parameters"))
         if state.keys() != first.keys():
             diff = sorted(state.keys() ^ first.keys())[:5]
             raise CheckpointError(

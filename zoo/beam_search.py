@@ -6,7 +6,9 @@ As in the Transformer paper (§6.1): beam size 4, length penalty ``alpha = 0.6``
 and early stopping: a sentence is finished once ``beam_size`` hypotheses have ended with EOS (fairseq's
 rule). A hypothesis' score is the sum of its token log-probabilities (natural log, EOS included)
 divided by ``lp(|Y|)``, ``|Y|`` counting EOS. At the last allowed step only EOS may be chosen, so every
-hypothesis ends with EOS. PAD and BOS are never generated.
+hypothesis ends with EOS. PAD and BOS are never generated. :func:`translate` and `zoo translate`
+default to a published checkpoint's registered decoding instead, when the model is one
+(:func:`decoding_settings`).
 
 Works with any model that has ``encode(src) -> (memory, src_mask)``, ``init_cache(memory, src_mask)``
 returning a cache with ``reorder(index)``, and ``decode(tokens, cache=cache) -> logits``
@@ -17,9 +19,10 @@ Shape legend: B batch, K beam size, S source positions, V vocabulary.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from rich.console import Console
@@ -27,9 +30,13 @@ from rich.progress import Progress
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from zoo.errors import ConfigError
+
 __all__ = [
     "Hypothesis",
     "beam_search",
+    "check_decoding",
+    "decoding_settings",
     "greedy_search",
     "length_penalty",
     "translate",
@@ -213,17 +220,91 @@ def _tokenizer_of(model: nn.Module, tokenizer: Tokenizer | None) -> tuple[Tokeni
     return tokenizer, bos_id, eos_id
 
 
+def check_decoding(
+    *,
+    decoding: str | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+    batch_size: int | None = None,
+) -> None:
+    """Check the settings of :func:`translate` (and `zoo translate`'s flags); ``None`` is not
+    checked.
+
+    Raises:
+        ConfigError: (a ``ValueError``) naming the first bad value, its flag and what would work:
+            a decoding other than beam or greedy, ``beam_size < 1``, ``batch_size < 1``, an
+            ``alpha`` or ``max_len_a`` below 0 or not finite, ``max_len_b < 0``, or both max
+            lengths 0 (no room for a single output token).
+    """
+
+    def bad(name: str, value: object, fix: str) -> None:
+        raise ConfigError(f"{name} (--{name.replace('_', '-')}) is {value!r}: {fix}")
+
+    length = "an output has at most max_len_a * source length + max_len_b tokens"
+    if decoding is not None and decoding not in ("beam", "greedy"):
+        bad("decoding", decoding, "use 'beam' or 'greedy'")
+    if beam_size is not None and beam_size < 1:
+        bad("beam_size", beam_size, "a beam keeps at least 1 hypothesis; use 1 or more (paper: 4)")
+    if batch_size is not None and batch_size < 1:
+        bad("batch_size", batch_size, "a batch holds at least 1 sentence; use 1 or more (64)")
+    if alpha is not None and not (math.isfinite(alpha) and alpha >= 0):
+        bad("alpha", alpha, "use a finite value >= 0 (0: no length penalty; paper: 0.6)")
+    if max_len_a is not None and not (math.isfinite(max_len_a) and max_len_a >= 0):
+        bad("max_len_a", max_len_a, f"{length}; use a finite value >= 0 (default 1.0)")
+    if max_len_b is not None and max_len_b < 0:
+        bad("max_len_b", max_len_b, f"{length}; use 0 or more (default 50)")
+    if max_len_a == 0 and max_len_b == 0:
+        raise ConfigError(
+            "max_len_a (--max-len-a) and max_len_b (--max-len-b) are both 0, which leaves no room "
+            "for a single output token: raise either (defaults 1.0 and 50)"
+        )
+
+
+def decoding_settings(
+    model: nn.Module | None = None,
+    *,
+    decoding: Literal["beam", "greedy"] | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+) -> dict[str, Any]:
+    """How :func:`translate` and `zoo translate` decode with ``model``: each value given, else the
+    registered decoding of the published checkpoint ``model`` was loaded as
+    (``model.published_name``, which :func:`zoo.from_pretrained` records; see
+    :func:`zoo.evaluation.default_decoding`), else the paper's (beam 4, ``alpha = 0.6``, at most
+    ``1.0 * source length + 50`` tokens).
+
+    Returns ``{"decoding", "beam_size", "alpha", "max_len_a", "max_len_b"}``, checked.
+
+    Raises:
+        ConfigError: a value out of range (:func:`check_decoding`).
+    """
+    from zoo.evaluation import default_decoding  # lazily: zoo.evaluation imports Lightning
+
+    name = getattr(model, "published_name", None)
+    registered = default_decoding(name or "")  # "" is no checkpoint: the paper's decoding
+    given = {"search": decoding, "beam_size": beam_size, "alpha": alpha,
+             "max_len_a": max_len_a, "max_len_b": max_len_b}  # fmt: skip
+    settings = registered | {k: v for k, v in given.items() if v is not None}
+    settings["decoding"] = settings.pop("search")
+    check_decoding(**settings)
+    return settings
+
+
 @torch.no_grad()
 def translate(
     model: nn.Module,
     sentences: Sequence[str],
     *,
     tokenizer: Tokenizer | None = None,
-    decoding: Literal["beam", "greedy"] = "beam",
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    decoding: Literal["beam", "greedy"] | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
     batch_size: int = 64,
     progress: bool = False,
 ) -> list[str]:
@@ -232,28 +313,39 @@ def translate(
     Sentences are encoded with ``tokenizer`` (default: ``model.tokenizer``, which
     :func:`zoo.from_pretrained` restores from ``tokenizer.json``), sorted by length into batches of
     ``batch_size``, decoded on the model's device in eval mode, and returned detokenized in the
-    input order. An empty sentence translates to ``""``. The defaults are the paper's decoding
-    (beam 4, ``alpha = 0.6``, at most source length + 50 tokens); ``progress`` draws a bar on stderr.
+    input order. An empty or whitespace-only sentence translates to ``""`` without running the
+    model (a model asked to translate nothing invents a sentence). Decoding settings left ``None``
+    resolve as in `zoo translate` (:func:`decoding_settings`): a published checkpoint's registered
+    decoding, else the paper's (beam 4, ``alpha = 0.6``, at most source length + 50 tokens).
+    ``progress`` draws a bar on stderr.
 
     Raises:
+        ConfigError: (a ``ValueError``) a setting out of range, such as ``beam_size < 1`` or
+            ``batch_size < 1`` (:func:`check_decoding`).
         ValueError: no tokenizer, or a sentence longer than the model's ``max_seq_len`` tokens
             (the message gives its index; nothing is translated).
     """
+    settings = decoding_settings(model, decoding=decoding, beam_size=beam_size, alpha=alpha,
+                                 max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
+    check_decoding(batch_size=batch_size)
     tokenizer, bos_id, eos_id = _tokenizer_of(model, tokenizer)
-    encoded = [e.ids for e in tokenizer.encode_batch(list(sentences))]
+    sentences = list(sentences)
+    todo = [i for i, s in enumerate(sentences) if s.strip()]  # blank lines never reach the model
+    encodings = tokenizer.encode_batch([sentences[i] for i in todo])
+    encoded = {i: e.ids for i, e in zip(todo, encodings, strict=True)}
     limit = model.config.max_seq_len
-    too_long = [(i, len(ids)) for i, ids in enumerate(encoded) if len(ids) > limit]
+    too_long = [(i, len(ids)) for i, ids in encoded.items() if len(ids) > limit]
     if too_long:
         i, n = too_long[0]
         raise ValueError(
             f"sentence {i} has {n} tokens but the model takes at most max_seq_len={limit} "
             f"({len(too_long)} sentence(s) too long): split it into shorter sentences"
         )
-    order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
+    order = sorted((i for i, ids in encoded.items() if ids), key=lambda i: -len(encoded[i]))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     device = next(model.parameters()).device
     pad_id = model.config.pad_id
-    out = [""] * len(encoded)
+    out = [""] * len(sentences)
     was_training = model.training
     model.eval()
     try:
@@ -265,10 +357,7 @@ def translate(
                     batch_first=True,
                     padding_value=pad_id,
                 ).to(device)
-                ids = translate_ids(
-                    model, src, bos_id=bos_id, eos_id=eos_id, decoding=decoding,
-                    beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
-                )  # fmt: skip
+                ids = translate_ids(model, src, bos_id=bos_id, eos_id=eos_id, **settings)
                 for i, hyp in zip(batch, tokenizer.decode_batch(ids), strict=True):
                     out[i] = hyp
                 bar.advance(task, len(batch))
@@ -283,28 +372,32 @@ def translate_with_attention(
     sentence: str,
     *,
     tokenizer: Tokenizer | None = None,
-    decoding: Literal["beam", "greedy"] = "beam",
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    decoding: Literal["beam", "greedy"] | None = None,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
 ) -> tuple[str, Tensor, list[str], list[str]]:
     """Translate one sentence and return ``(translation, weights (T, S) float32, source tokens,
     output tokens)``: the model's attention over the source while it produced each output token
     (EOS included), from its ``attention_weights(src, tgt)`` (the LSTM's mapping; the
     Transformer's last decoder layer, averaged over heads). A constrained mapping's sink is the
-    last column, labelled ``<sink>``.
+    last column, labelled ``<sink>``. Decoding settings left ``None`` resolve as in
+    :func:`translate`.
 
     Raises:
-        ValueError: no tokenizer, an empty or too long sentence, or a model that cannot report
-            its attention.
+        ConfigError: (a ``ValueError``) a decoding setting out of range (:func:`check_decoding`).
+        ValueError: no tokenizer, an empty, whitespace-only or too long sentence, or a model that
+            cannot report its attention.
     """
     if not hasattr(model, "attention_weights"):
         raise ValueError(f"{type(model).__name__} does not report its attention weights")
+    settings = decoding_settings(model, decoding=decoding, beam_size=beam_size, alpha=alpha,
+                                 max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
     tokenizer, bos_id, eos_id = _tokenizer_of(model, tokenizer)
-    ids = tokenizer.encode(sentence).ids
+    ids = tokenizer.encode(sentence).ids if sentence.strip() else []
     if not ids:
-        raise ValueError("the sentence to draw is empty")
+        raise ValueError("the sentence to draw is empty (or only whitespace)")
     if len(ids) > model.config.max_seq_len:
         raise ValueError(
             f"the sentence has {len(ids)} tokens but the model takes at most "
@@ -315,10 +408,7 @@ def translate_with_attention(
     model.eval()
     try:
         src = torch.tensor([ids], device=device)
-        (out,) = translate_ids(
-            model, src, bos_id=bos_id, eos_id=eos_id, decoding=decoding, beam_size=beam_size,
-            alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
-        )  # fmt: skip
+        (out,) = translate_ids(model, src, bos_id=bos_id, eos_id=eos_id, **settings)
         tgt_in = torch.tensor([[bos_id, *out]], device=device)
         weights = model.attention_weights(src, tgt_in)[0].cpu()
     finally:

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, RichProgressBar
 from rich.console import Console
 from rich.table import Table
 
 __all__ = [
     "FinalLastCheckpoint",
     "SampleWriter",
+    "StepProgressBar",
     "TrainingSummary",
     "hardware",
     "quiet_lightning_warnings",
+    "resume_hint",
 ]
+
+_stopped: weakref.ref[Trainer] | None = None  # the last fit an exception stopped (resume_hint)
 
 
 def quiet_lightning_warnings() -> None:
@@ -50,6 +55,67 @@ def hardware(trainer: Trainer | None = None) -> str:
     return device_name("cpu")
 
 
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, for runs bounded by ``max_steps``.
+
+    The training description is ``Epoch 0``, with ``/last`` only when ``max_epochs`` bounds the
+    run (Lightning writes ``Epoch 0/-2`` when ``max_epochs`` is -1, as with ``max_steps``), and
+    the metrics start with the optimizer step out of ``max_steps`` (``step 120/2400``).
+    """
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        description = f"Epoch {current_epoch}"
+        max_epochs = self.trainer.max_epochs
+        if max_epochs is not None and max_epochs > 0:
+            description += f"/{max_epochs - 1}"
+        width = len(self.validation_description)  # as Lightning's: no flicker between the bars
+        return f"{description:{width}}" if width > len(description) else description
+
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            return {"step": f"{trainer.global_step}/{trainer.max_steps}", **metrics}
+        return metrics
+
+
+def _saved_at_stop(trainer: Trainer) -> str | None:
+    """The resumable checkpoint holding ``trainer``'s current step, if one was written (by a
+    ``ModelCheckpoint(save_on_exception=True)`` when the run stopped, else by any other one at
+    this step); weights-only checkpoints do not count."""
+    callbacks = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
+    callbacks.sort(key=lambda c: not c.save_on_exception)
+    for callback in callbacks:
+        path = getattr(callback, "_last_checkpoint_saved", "")  # Lightning 2.6's record
+        step = getattr(callback, "_last_global_step_saved", None)
+        if path and step == trainer.global_step and not callback.save_weights_only:
+            if Path(path).is_file():
+                return str(path)
+    return None
+
+
+def resume_hint() -> str:
+    """How to resume the last fit that an exception (Ctrl-C, SIGTERM) stopped, naming the
+    checkpoint actually written (``zoo fit`` prints it). Forgets that fit."""
+    global _stopped
+    trainer, _stopped = (_stopped() if _stopped is not None else None), None
+    if trainer is None:
+        return "no checkpoint was saved."
+    path = _saved_at_stop(trainer)
+    if path is not None:
+        return (
+            f"the run saved its state after {trainer.global_step} optimizer steps to {path}: "
+            f"resume with --ckpt_path {path}"
+        )
+    last = next((c.last_model_path for c in trainer.checkpoint_callbacks
+                 if getattr(c, "last_model_path", "")), "")  # fmt: skip
+    return (
+        f"no checkpoint holds step {trainer.global_step}"
+        + (f" (the newest is {last})" if last else "")
+        + ": add a ModelCheckpoint with save_on_exception: true to the trainer's callbacks, as "
+        "the recipes do, to save one when a run is stopped."
+    )
+
+
 class TrainingSummary(Callback):
     """Counts training tokens, logs ``train/tokens_per_sec``, and prints a summary table after fit.
 
@@ -64,6 +130,15 @@ class TrainingSummary(Callback):
     with the final ``global_step``: a run whose last checkpoint predates its final step (Lightning
     writes ``last.ckpt`` only when it saves another checkpoint) still has its final facts, which
     ``zoo export`` reads for an average of its periodic weights-only checkpoints.
+
+    The zoo's other per-run fixes to Lightning (2.6) live here too, since ``zoo fit`` always
+    attaches this callback:
+
+    - A run resumed from a checkpoint written inside a training step (Ctrl-C, an error: the
+      ``save_on_exception`` checkpoint) logs its steps from the right number: Lightning adds one
+      to the logging step of every resume not saved at a batch's end or after validation, so
+      ``metrics.csv`` labelled each step one too high.
+    - A fit stopped by an exception is remembered for :func:`resume_hint`.
     """
 
     FILE = "training_summary.json"
@@ -77,11 +152,23 @@ class TrainingSummary(Callback):
         self.precision = ""
         self.git_commits: list[str] = []  # the code of each fit (a resume may run newer code)
         self.data: dict[str, Any] | None = None  # zoo.lineage.data_checksum of the training data
+        self._resumed_step: int | None = None  # the logging step a mid-batch checkpoint holds
 
     @property
     def wall_time(self) -> float:
         """Training wall time in seconds, over all resumes."""
         return self.previous_wall + (self.end or 0.0) - (self.start or 0.0)
+
+    def on_exception(
+        self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
+    ) -> None:
+        global _stopped
+        _stopped = weakref.ref(trainer)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        mid_batch = not (loop.restarted_on_train_batch_end or loop.restarted_on_last)
+        self._resumed_step = loop._batches_that_stepped if loop.restarting and mid_batch else None
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         from zoo.lineage import data_checksum, git_commit
@@ -121,6 +208,11 @@ class TrainingSummary(Callback):
     ) -> None:
         if self.start is None:
             self.start = time.perf_counter()
+        if self._resumed_step is not None:  # undo Lightning's +1 of a mid-batch resume (above)
+            loop = trainer.fit_loop.epoch_loop
+            if loop._batches_that_stepped == self._resumed_step + 1:
+                loop._batches_that_stepped = self._resumed_step
+            self._resumed_step = None
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int

@@ -57,21 +57,6 @@ examples:
 """
 
 
-def default_precision() -> str:
-    """``bf16-mixed`` where the hardware computes in bf16 natively, else full fp32.
-
-    That is a CUDA GPU with bf16, or a CPU with AVX512-BF16 / AMX (oneDNN's bf16 kernels): on the
-    project's 2-core AMX machine, bf16-mixed trains the default recipe about twice as fast as fp32.
-    """
-    if torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    try:
-        native_bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    except (AttributeError, RuntimeError):
-        native_bf16 = False
-    return "bf16-mixed" if native_bf16 else "32-true"
-
-
 # model arguments that --ckpt_path keeps from the command line (not the model itself)
 CKPT_PATH_HONOURED = ("sampling",)
 
@@ -87,7 +72,11 @@ INT_OR_FLOAT_TRAINER_ARGS = (
 
 
 class ZooCLI(LightningCLI):
-    """LightningCLI with the zoo's defaults (precision by hardware, a training summary).
+    """LightningCLI with the zoo's defaults (precision by hardware and family, a training summary).
+
+    Without ``--trainer.precision`` (on the command line or in the config), the precision is
+    :func:`zoo.precision.default_precision` for the model's family, printed with the reason; an
+    explicit precision that this CPU emulates trains, with one warning.
 
     With ``--ckpt_path`` LightningCLI rebuilds the model from the hyperparameters saved in the
     checkpoint, and those replace what the command line or the config asked for (Lightning issue
@@ -95,7 +84,6 @@ class ZooCLI(LightningCLI):
     """
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.set_defaults({"trainer.precision": default_precision()})
         parser.add_argument(
             "--run_dir",
             type=str | None,
@@ -147,10 +135,24 @@ class ZooCLI(LightningCLI):
                 self._integer_limits[key] = int(value)
 
     def instantiate_trainer(self, **kwargs):
-        return super().instantiate_trainer(**{**getattr(self, "_integer_limits", {}), **kwargs})
+        """The Trainer, with the integer limits kept and, where a progress bar is shown and the
+        config names none, :class:`~zoo.callbacks.StepProgressBar` (``Epoch 0``, ``step N/max``)."""
+        from lightning.pytorch.callbacks import ProgressBar
+
+        from zoo.callbacks import StepProgressBar
+
+        kwargs = {**getattr(self, "_integer_limits", {}), **kwargs}
+        trainer = self._get(self.config_init, "trainer", default={})
+        callbacks = trainer.get("callbacks") or []
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        shown = trainer.get("enable_progress_bar") is not False
+        if shown and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs.setdefault("callbacks", [*callbacks, StepProgressBar()])
+        return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
         self._apply_run_dir()
+        self._choose_precision()
         used = self._model_init_args()
         init_args = self._model_init_args(namespace=True)
         for key in CKPT_PATH_HONOURED:  # not part of the model: the command line's value wins
@@ -167,6 +169,30 @@ class ZooCLI(LightningCLI):
                 "settings, load them in a script (zoo.tasks.CausalLM.load_from_checkpoint).",
                 stacklevel=1,
             )
+
+    def _choose_precision(self) -> None:
+        """Fill in ``trainer.precision`` by hardware and family where nothing names one; warn once
+        where a named one is emulated on this CPU (:mod:`zoo.precision`)."""
+        from zoo.precision import default_precision, slow_precision_warning
+        from zoo.registry import get_preset
+
+        config = self.config.get(self.config.get("subcommand") or "", self.config)
+        trainer = config.get("trainer") if config is not None else None
+        if trainer is None:
+            return
+        if trainer.get("precision") is not None:
+            message = slow_precision_warning(trainer["precision"])
+            if message is not None:
+                warnings.warn(message, stacklevel=1)
+            return
+        name = self._model_init_args().get("model")
+        try:
+            family = get_preset(name).family if isinstance(name, str) else None
+        except Exception:  # an unknown name: the model's constructor says so, with suggestions
+            family = None
+        trainer["precision"], why = default_precision(family)
+        print(f"zoo: precision {trainer['precision']}: {why} (set --trainer.precision to choose)",
+              file=sys.stderr)  # fmt: skip
 
     def _apply_run_dir(self) -> None:
         """``--run_dir DIR`` moves every output of the run under DIR.
@@ -484,6 +510,11 @@ def translate_main(args: list[str]) -> None:
         prog="zoo translate",
         description="Translate text, one sentence per line, from stdin or --input to stdout or "
         "--output, with an encoder-decoder model (beam search as the Transformer paper).",
+        epilog="Line N of the output is the translation of line N of the input; an empty or "
+        "whitespace-only line translates to an empty line, without running the model (a model "
+        "asked to translate nothing invents a sentence). The decoding flags left out resolve as "
+        "zoo.translate() resolves them in Python: a published checkpoint's registered decoding, "
+        "else beam 4, alpha 0.6, max length 1.0 * source + 50.",
     )
     parser.add_argument(
         "--checkpoint",
@@ -517,15 +548,13 @@ def translate_main(args: list[str]) -> None:
     )
     ns = parser.parse_args(args)
 
-    from zoo.beam_search import translate
-    from zoo.evaluation import default_decoding
+    from zoo.beam_search import check_decoding, decoding_settings, translate
 
-    given = {"search": ns.decoding, "beam_size": ns.beam_size, "alpha": ns.alpha,
-             "max_len_a": ns.max_len_a, "max_len_b": ns.max_len_b}  # fmt: skip
-    settings = default_decoding(ns.checkpoint) | {k: v for k, v in given.items() if v is not None}
-    ns.decoding, ns.beam_size, ns.alpha, ns.max_len_a, ns.max_len_b = (
-        settings[k] for k in ("search", "beam_size", "alpha", "max_len_a", "max_len_b")
-    )
+    keys = ("decoding", "beam_size", "alpha", "max_len_a", "max_len_b")
+    try:  # the flags given, at once: not after loading the model and reading stdin
+        check_decoding(**{k: getattr(ns, k) for k in keys}, batch_size=ns.batch_size)
+    except ValueError as e:
+        parser.exit(2, f"zoo translate: error: {e}\n")
     if ns.input is not None and not Path(ns.input).is_file():
         parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
     checked_device(parser, ns.device)
@@ -533,6 +562,9 @@ def translate_main(args: list[str]) -> None:
         model = load_model(ns.checkpoint, ns.device, task="Translation")
     except ZooError as e:
         parser.exit(2, f"zoo translate: error: {e}\n")
+    # flags left out resolve as in zoo.translate(): the model's registered decoding, else the paper's
+    settings = decoding_settings(model, **{k: getattr(ns, k) for k in keys})
+    ns.decoding, ns.beam_size, ns.alpha, ns.max_len_a, ns.max_len_b = (settings[k] for k in keys)
     raw = Path(ns.input).read_bytes() if ns.input else _stdin_bytes()
     try:
         text = raw.decode("utf-8")
@@ -680,18 +712,29 @@ def zoo_error(exc: BaseException) -> ZooError | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``zoo`` console script; zoo errors exit with status 2 and their message."""
+    """Entry point of the ``zoo`` console script; zoo errors exit with status 2 and their message.
+
+    A fit stopped by SIGTERM or Ctrl-C (SIGINT) exits 143 or 130 (128 + the signal, as a shell
+    reports it) with the checkpoint to resume from (:func:`zoo.callbacks.resume_hint`); Ctrl-C
+    elsewhere exits 130 without a traceback.
+    """
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from zoo.callbacks import resume_hint
 
     try:
         _main(list(sys.argv[1:] if argv is None else argv))
     except SIGTERMException:  # a SystemExit with status 0: the run did not finish
-        print(
-            "zoo: stopped by SIGTERM; the run saved its checkpoint (interrupted.ckpt beside its "
-            "others, with OnExceptionCheckpoint): resume with --ckpt_path .../interrupted.ckpt",
-            file=sys.stderr,
-        )
+        print(f"zoo: stopped by SIGTERM; {resume_hint()}", file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)
+    except SystemExit as e:  # Lightning ends a fit stopped by Ctrl-C with sys.exit(1)
+        if e.code != 1 or not isinstance(e.__context__, KeyboardInterrupt):
+            raise
+        print(f"zoo: stopped by Ctrl-C (SIGINT); {resume_hint()}", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    except KeyboardInterrupt:
+        print("zoo: stopped by Ctrl-C (SIGINT)", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     except Exception as e:
         cause = zoo_error(e)
         if cause is None:

@@ -42,11 +42,13 @@ from zoo.registry import get_model_class
 
 __all__ = [
     "CONFIG_NAME",
+    "LOAD_DTYPES",
     "MANIFEST_NAME",
     "TOKENIZER_NAME",
     "WEIGHTS_NAME",
     "PretrainedMixin",
     "UnverifiedWeightsWarning",
+    "checked_device_and_dtype",
     "explicit_path",
     "find_checkpoint",
     "from_pretrained",
@@ -313,6 +315,49 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> To
     return tokenizer
 
 
+LOAD_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def checked_device_and_dtype(
+    device: str | torch.device | None, dtype: torch.dtype | None
+) -> tuple[torch.device | None, torch.dtype | None]:
+    """``device`` and ``dtype`` of :func:`from_pretrained`, checked before anything is loaded.
+
+    Raises:
+        ConfigError: ``device`` is not a device name, or this machine (this build of torch) has
+            no such device; ``dtype`` is not one of :data:`LOAD_DTYPES` (an integer dtype would
+            truncate every weight).
+    """
+    if dtype is not None and dtype not in LOAD_DTYPES:
+        names = ", ".join(str(d) for d in LOAD_DTYPES)
+        raise ConfigError(
+            f"from_pretrained: dtype={dtype!r} is not a dtype to load weights in; pass a "
+            f"floating dtype: {names} (or None to keep the saved dtype)."
+        )
+    if device is None:
+        return None, dtype
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"from_pretrained: device={device!r} is not a device; use 'cpu', 'cuda', 'cuda:1', "
+            "'mps' or a torch.device."
+        ) from None
+    backend = getattr(torch, checked.type, None) if checked.type != "mps" else torch.backends.mps
+    available = checked.type == "cpu" or bool(
+        backend is not None and hasattr(backend, "is_available") and backend.is_available()
+    )
+    count = getattr(backend, "device_count", lambda: 1)() if available else 0
+    if not available or (checked.index is not None and checked.index >= count):
+        what = f"{checked.type} device" if checked.index is None else f"device {checked}"
+        build = ", a CPU-only build" if "+cpu" in torch.__version__ else ""
+        raise ConfigError(
+            f"from_pretrained: device={str(device)!r}: this machine has no {what} "
+            f"(torch {torch.__version__}{build}); use device='cpu'."
+        )
+    return checked, dtype
+
+
 def from_pretrained(
     name_or_path: str | os.PathLike,
     *,
@@ -330,9 +375,12 @@ def from_pretrained(
             optionally ``"ns/name@revision"``), or a local directory written by ``save_pretrained``,
             named explicitly (a ``Path``, ``./name``, an absolute path: see :func:`explicit_path`;
             a bare name never loads a same-named folder).
-        revision: a Hub branch, tag or commit for a repo id (published names are pinned).
-        device: where to put the model (default: CPU).
-        dtype: cast floating-point weights to this dtype (default: as saved, fp32).
+        revision: a Hub branch, tag or commit for a repo id. A published name loads only the
+            revision ``checkpoints.yaml`` pins; its repo id with another revision loads that
+            revision unverified (it must exist on the Hub).
+        device: where to put the model (default: CPU); one this machine has.
+        dtype: cast floating-point weights to this dtype (default: as saved, fp32): one of
+            :data:`LOAD_DTYPES`.
         cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
         force_download: download again even if the files are cached or shipped.
 
@@ -346,12 +394,15 @@ def from_pretrained(
     ``device``).
 
     Raises:
+        ConfigError: a device this machine lacks or a dtype that is not floating-point
+            (checked before loading: :func:`checked_device_and_dtype`).
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
         ChecksumError: a file differs from its registered (or manifest) sha256; nothing is loaded.
         HubError: the Hub refused or is unreachable and nothing usable is cached.
         CheckpointError: missing files, a corrupt weights or tokenizer file, or weights (or a
             tokenizer) that do not match the config.
     """
+    device, dtype = checked_device_and_dtype(device, dtype)
     local = explicit_path(name_or_path)
     if local is not None:
         if not local.is_dir():
@@ -380,6 +431,7 @@ def from_pretrained(
     with torch.device("cpu"):  # real tensors even inside `with torch.device("meta")`
         model = cls(config)
     load_weights(model, directory / WEIGHTS_NAME)
+    model.published_name = entry.name if entry is not None else None  # for its registered decoding
     if (directory / TOKENIZER_NAME).is_file():
         model.tokenizer = load_tokenizer(directory / TOKENIZER_NAME, config.vocab_size)
     if device is not None or dtype is not None:

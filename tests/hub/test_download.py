@@ -91,6 +91,35 @@ def test_offline_with_nothing_cached_says_what_to_do(published, hub, monkeypatch
         zoo.from_pretrained(NAME)
 
 
+def test_a_wheel_without_network_fails_fast_and_names_no_shipped_copy(
+    published, hub, registry, monkeypatch
+):
+    """HF_HUB_OFFLINE unset and no network: the error comes at once (not after the client's
+    23 s of retries) and says how to fix it; a wheel has no shipped copy, so none is named."""
+    import socket
+    import time
+
+    pin_revision(published, REPO_ID, push(published, REPO_ID))
+    shutil.rmtree(registry.shipped_dir)  # a wheel: no checkpoints/ beside checkpoints.yaml
+    with socket.socket() as s:  # a port nothing listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    start = time.perf_counter()
+    with pytest.raises(HubError) as err:
+        zoo.from_pretrained(NAME)
+    assert time.perf_counter() - start < 5
+    message = str(err.value)
+    assert "could not be reached" in message and f"zoo pull {NAME}" in message
+    assert "set HF_HUB_OFFLINE=1 to fail at once" in message
+    assert "shipped" not in message and "checkpoints/" not in message
+    registry.shipped_dir.mkdir()  # a clone whose copy of this checkpoint was deleted
+    with pytest.raises(HubError, match=f"git checkout -- checkpoints/{NAME}"):
+        zoo.from_pretrained(NAME)
+
+
 def test_interrupted_downloads_resume(published, hub, tmp_path, monkeypatch):
     pin_revision(published, REPO_ID, push(published, REPO_ID))
     shutil.rmtree(published)
@@ -126,6 +155,24 @@ def test_repo_id_outside_the_registry_loads_unverified(published, hub):
 def test_registry_names_are_pinned(published):
     with pytest.raises(ConfigError, match="pinned"):
         zoo.from_pretrained(NAME, revision="main")
+
+
+def test_the_advice_for_another_revision_is_not_circular(published, hub):
+    """A published name loads only its pinned revision; the error's advice (the repo id with
+    the revision) loads another revision, unverified, and a revision the Hub lacks says so."""
+    pinned = push(published, REPO_ID)
+    pin_revision(published, REPO_ID, pinned)
+    newer = push(published, REPO_ID)  # a later commit of the same repo
+    with pytest.raises(ConfigError) as err:
+        zoo.from_pretrained(NAME, revision=newer)
+    advice = f"from_pretrained({REPO_ID!r}, revision={newer!r})"
+    assert pinned in str(err.value) and advice in str(err.value)
+    assert_same_weights(zoo.from_pretrained(REPO_ID, revision=newer), published)  # as advised
+    with pytest.raises(HubError) as err:
+        zoo.from_pretrained(REPO_ID, revision="does-not-exist")
+    message = str(err.value)
+    assert "has no revision 'does-not-exist'" in message and pinned in message
+    assert f"from_pretrained({NAME!r}) loads it" in message
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,9 @@ For a registry name, every file is checked against the sha256 of ``checkpoints.y
 2. otherwise each file comes through ``hf_hub_download`` at the pinned revision, which uses the
    Hugging Face cache (``HF_HOME``), resumes interrupted downloads from the ``.incomplete`` file it
    keeps, and respects ``HF_HUB_OFFLINE``. A downloaded file that fails the check is removed from
-   the cache and a :class:`~zoo.errors.ChecksumError` names it and both hashes.
+   the cache and a :class:`~zoo.errors.ChecksumError` names it and both hashes. A file not cached
+   on a machine that cannot connect to the Hub is a :class:`~zoo.errors.HubError` at once
+   (:func:`connect_problem`), not after the client's retries.
 
 A Hub repo id that is not in the registry is downloaded with ``snapshot_download`` and not verified
 (there is nothing to verify against). The Hub endpoint is read from ``HF_ENDPOINT`` at call time.
@@ -15,12 +17,14 @@ A Hub repo id that is not in the registry is downloaded with ``snapshot_download
 from __future__ import annotations
 
 import os
+import socket
+import urllib.parse
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import httpx2  # the HTTP client huggingface_hub uses
-from huggingface_hub import constants, hf_hub_download, snapshot_download
+from huggingface_hub import constants, hf_hub_download, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (
     EntryNotFoundError,
     HfHubHTTPError,
@@ -37,6 +41,7 @@ from zoo.pretrained import explicit_path, sha256_file
 __all__ = [
     "LOAD_FILES",
     "OPTIONAL_FILES",
+    "connect_problem",
     "fetch",
     "load_files",
     "pull",
@@ -98,14 +103,30 @@ def _no_copy_hint(entry: CheckpointEntry) -> str:
 
 
 def _offline_hint(entry: CheckpointEntry, registry: Registry, pulling: bool) -> str:
-    """What to do when the Hub cannot be reached: ``zoo pull`` elsewhere, or (when pulling) what
-    the shipped copy offers."""
+    """What to do when the Hub cannot be reached: connect, ``zoo pull`` elsewhere, or (in a clone)
+    restore the shipped copy; when pulling, what the shipped copy offers.
+
+    Only a clone ships copies (``checkpoints/`` beside ``checkpoints.yaml``); an installed wheel
+    has none, so its hint never mentions one."""
     if not pulling:
-        return (
-            f"Run `zoo pull {entry.name}` on a machine that can reach the Hub (then copy its HF "
-            f"cache), or unset HF_HUB_OFFLINE; the shipped copy checkpoints/{entry.name}/ is used "
-            "without network when its files are intact."
+        elsewhere = (
+            f"run `zoo pull {entry.name}` on a machine that can reach the Hub and copy its HF "
+            f"cache ({constants.HF_HUB_CACHE}) here"
         )
+        if constants.HF_HUB_OFFLINE:
+            hint = f"Unset HF_HUB_OFFLINE where the Hub is reachable, or {elsewhere}."
+        else:
+            hint = (
+                f"Connect to the network, or {elsewhere}; set HF_HUB_OFFLINE=1 to fail at once "
+                "instead of trying the network."
+            )
+        if registry.shipped_dir.is_dir():  # a clone: the repository ships verified copies
+            hint += (
+                f" The repository's copy {registry.shipped_dir / entry.name}/ is missing or "
+                f"altered; restored (git checkout -- checkpoints/{entry.name}), it loads "
+                "without network."
+            )
+        return hint
     shipped = registry.shipped_dir / entry.name
     if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
         return (
@@ -115,9 +136,46 @@ def _offline_hint(entry: CheckpointEntry, registry: Registry, pulling: bool) -> 
     return f"There is no intact shipped copy at {shipped} either; pull where the Hub is reachable."
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                   "all_proxy")  # fmt: skip
+
+
+def connect_problem(url: str, timeout: float | None = None) -> str | None:
+    """Why a TCP connection to ``url``'s host cannot be opened (``"gaierror: [Errno -2] Name or
+    service not known"``), or ``None`` when it can, or when a proxy is configured (the proxy
+    reaches the host, not this machine). ``timeout`` (seconds) defaults to
+    ``HF_HUB_ETAG_TIMEOUT``, the client's own wait for the Hub's first answer.
+
+    A machine without network fails here at once, instead of after the client's retries (five,
+    1 + 2 + 4 + 8 + 8 s apart).
+    """
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection(
+            (parts.hostname, port), timeout=timeout or constants.HF_HUB_ETAG_TIMEOUT
+        ):
+            return None
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def _download(
     entry: CheckpointEntry, name: str, cache_dir, force_download: bool, hint: str = ""
 ) -> Path:
+    cached = try_to_load_from_cache(
+        entry.repo_id, name, cache_dir=cache_dir, revision=entry.revision
+    )
+    if not constants.HF_HUB_OFFLINE and (force_download or not isinstance(cached, str)):
+        problem = connect_problem(endpoint() or constants.ENDPOINT)
+        if problem is not None:
+            raise HubError(
+                f"{entry.name}: {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
+                f"and the Hub ({endpoint() or constants.ENDPOINT}) could not be reached "
+                f"({problem}). {hint}"
+            )
     try:
         return Path(
             hf_hub_download(
@@ -278,11 +336,13 @@ def resolve(
 
     ``name_or_path``: an existing directory; a registry name (``transformer_lm_small.pg19mini``, or
     the bare model name when it has one checkpoint); or a Hub repo id, ``"ns/name"`` or
-    ``"ns/name@revision"``.
+    ``"ns/name@revision"``. A published repo id at its pinned revision (or none) is verified like
+    its name; at another revision it is loaded as any Hub repo, unverified.
 
     Raises:
         UnknownModelError: not a directory, a registry name or a repo id (close names suggested).
-        ConfigError: a revision other than the pinned one requested for a registry name.
+        ConfigError: a revision other than the pinned one requested for a registry name (the
+            message says how to load it by repo id).
         ChecksumError, HubError: see :func:`fetch`.
     """
     local = explicit_path(name_or_path)
@@ -295,6 +355,8 @@ def resolve(
     revision = at or revision
     registry = registry or load_registry()
     entry = registry.by_repo_id(name) if "/" in name else None
+    if entry is not None and revision not in (None, entry.revision):
+        entry = None  # another revision of a published repo: a Hub repo like any other, unverified
     if "/" not in name:
         try:
             entry = registry.get(name)  # raises UnknownModelError with suggestions
@@ -307,11 +369,7 @@ def resolve(
             raise
     if entry is not None:
         if revision not in (None, entry.revision):
-            raise ConfigError(
-                f"{entry.name} is pinned to revision {entry.revision} in checkpoints.yaml; to "
-                f"load {revision!r}, pass the repo id and revision without verification: "
-                f"from_pretrained({entry.repo_id!r}, revision={revision!r})"
-            )
+            raise ConfigError(_pinned_message(entry, revision))
         fetched = fetch(
             entry,
             load_files(entry),
@@ -351,7 +409,36 @@ def resolve(
             "Hub repository the Hub knows (or it is private and your token cannot read it)."
         ) from None
     except RevisionNotFoundError:
-        raise HubError(f"the Hub repository {name} has no revision {revision!r}.") from None
+        published = registry.by_repo_id(name)
+        pinned = (
+            f" The published {published.name} is revision {published.revision} (pinned in "
+            f"checkpoints.yaml): from_pretrained({published.name!r}) loads it, verified."
+            if published is not None and published.revision
+            else ""
+        )
+        raise HubError(
+            f"the Hub repository {name} has no revision {revision!r}: pass a branch, tag or "
+            f"commit that exists there.{pinned}"
+        ) from None
     except HfHubHTTPError as e:
         raise HubError(f"downloading {name} failed: {e}") from None
     return Path(path), None
+
+
+def _pinned_message(entry: CheckpointEntry, revision: str) -> str:
+    """Why a published name takes no other revision, and how to load one."""
+    if entry.revision is None:
+        return (
+            f"{entry.name} is not pinned to a Hub revision yet (checkpoints.yaml: revision null), "
+            f"so revision={revision!r} cannot be verified: from_pretrained({entry.name!r}) loads "
+            "the files checkpoints.yaml records, verified; "
+            f"from_pretrained({entry.repo_id!r}, revision={revision!r}) loads that revision "
+            "unverified, if the Hub has it."
+        )
+    return (
+        f"{entry.name} is pinned to revision {entry.revision} in checkpoints.yaml, and a "
+        f"published name loads only that revision (verified against its sha256). To load "
+        f"revision {revision!r} instead, pass the Hub repo id, unverified: "
+        f"from_pretrained({entry.repo_id!r}, revision={revision!r}); that revision must exist "
+        "on the Hub."
+    )
