@@ -91,3 +91,11 @@ def test_fit_keeps_an_explicit_precision_and_warns_once_if_emulated(cpu, fit_pre
     assert "zoo: precision" not in capsys.readouterr().err
     cpu(True)
     assert fit_precision("--trainer.precision", "32-true") == "32-true"
+
+
+def test_evaluate_in_an_emulated_precision_warns_and_measures(cpu, capsys):
+    cpu(False)
+    main(["evaluate", "transformer_lm_small.pg19mini", "--precision", "bf16-mixed", "--windows=1"])
+    out, err = capsys.readouterr()
+    assert "zoo evaluate: warning: precision bf16-mixed: " in err and "32-true is faster" in err
+    assert "bits/byte" in out or "bpb" in out

@@ -433,6 +433,11 @@ def _evaluate(ns: argparse.Namespace) -> None:
     decoding = {k: v for k, v in (("search", ns.decoding), ("beam_size", ns.beam_size),
                                   ("alpha", ns.alpha)) if v is not None} or None  # fmt: skip
     if not ns.registered:
+        from zoo.precision import slow_precision_warning
+
+        slow = slow_precision_warning(ns.precision)
+        if slow is not None:
+            print(f"zoo evaluate: warning: {slow}", file=sys.stderr)
         m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
                      first_bytes=ns.first_bytes, precision=ns.precision, decoding=decoding,
                      batch_size=ns.batch_size, data_dir=ns.data_dir)  # fmt: skip
