@@ -55,8 +55,8 @@ $(FASHION_MNIST):
 # dtypes, the LSTM, the kernels' CPU routes) again as an AVX2-only CPU: this torch's oneDNN honours
 # ONEDNN_MAX_CPU_ISA and its ATen kernels ATEN_CPU_CAPABILITY, so an AMX machine checks both kinds.
 test: setup $(FASHION_MNIST)
-	$(BIN)/python -m pytest -q -n 2
-	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 -m precision
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist worksteal -m precision
 
 lint: setup
 	$(BIN)/ruff check zoo kernels tests
