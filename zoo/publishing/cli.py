@@ -146,7 +146,10 @@ def _list_record(e, registry) -> dict:
 
 def _wide_table(entries, records, title: str) -> Table:
     """Every column of ``zoo list``: name, attention, context, params, data, test, parent, weights."""
-    table = Table(title=title)
+    from zoo.publishing.cards import CAVEATS
+
+    notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in entries}) if d in CAVEATS]
+    table = Table(title=title, caption=" ".join(notes) or None)
     for col in ("name", "attention", "context", "params", "data", "test", "parent", "weights from"):
         right = col in ("params", "test", "context")
         table.add_column(col, justify="right" if right else "left", no_wrap=True)
@@ -178,7 +181,11 @@ def _narrow_table(entries, title: str, short: bool = False) -> Table:
     """The columns that fit a narrow terminal: name, family, context, params and the test metric.
     The name never wraps; ``short`` spaces the columns by one character and abbreviates the units
     (explained in the caption), so that the table fits 80 characters."""
+    from zoo.publishing.cards import CAVEATS
+
     caption = "bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
+    caption += "".join(f"† {CAVEATS[d].split(':')[0]}. " for d in sorted({e.dataset for e in entries})
+                       if d in CAVEATS)  # fmt: skip
     table = Table(title=title, box=None, pad_edge=False, padding=(0, 0, 0, 1) if short else (0, 1),
                   header_style="bold underline",
                   caption=caption + "zoo list --wide: every column")  # fmt: skip
