@@ -183,7 +183,7 @@ class ZooCLI(LightningCLI):
         if trainer.get("precision") is not None:
             message = slow_precision_warning(trainer["precision"])
             if message is not None:
-                warnings.warn(message, stacklevel=1)
+                print(f"zoo: warning: {message}", file=sys.stderr)
             return
         name = self._model_init_args().get("model")
         try:
