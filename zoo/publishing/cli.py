@@ -7,6 +7,8 @@ zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
 zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR] [--name N]
 zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] [--blocks N]
              [--out-dir DIR] [--name N]
+zoo evaluate SOURCE --probe copy [--text-file F] [--span 32] [--cue 8] [--trials 32]
+             [--distances D ...] [--seed 0] [--out-dir DIR] [--name N]
 zoo evaluate NAME --registered             # re-measure every registered metric
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
            [--by-context DIR] [--samples PNG] [--bench DIR]
@@ -350,9 +352,9 @@ def evaluate_main(args: list[str]) -> None:
                     "scoring its last STRIDE bytes: every byte gets >= context - STRIDE bytes "
                     "of context (default: non-overlapping windows)")  # fmt: skip
     by.add_argument("--out-dir", help="default: by_position/<SOURCE, sanitised> (by_context/... "
-                    "with --by-context)")  # fmt: skip
-    by.add_argument("--name", help="--by-position / --by-context: what the files call the model "
-                    "(default: SOURCE); give the published name of a run you will `zoo export`, "
+                    "with --by-context, copy_probe/... with --probe)")  # fmt: skip
+    by.add_argument("--name", help="--by-position / --by-context / --probe: what the files call "
+                    "the model (default: SOURCE); give the published name of a run you will `zoo export`, "
                     "so that its files name the checkpoint, not a local folder")  # fmt: skip
     ctx = parser.add_argument_group("bits per byte of the same bytes by context length")
     ctx.add_argument("--by-context", type=int, nargs="*", metavar="C",
@@ -366,8 +368,35 @@ def evaluate_main(args: list[str]) -> None:
                      "largest C, more if --target-len is over half of it); the same S scores "
                      "models of different contexts on the same bytes")  # fmt: skip
     ctx.add_argument("--blocks", type=int, help="only the first N target blocks")
+    probe = parser.add_argument_group("zero-shot retrieval (docs/long_context.md)")
+    probe.add_argument("--probe", choices=("copy",), help="copy: a span of random lowercase "
+                       "letters (uniform a-z, from --seed) at the end of a window of the model's "
+                       "context and again d bytes earlier; bits per byte on its second copy after "
+                       "the cue, against the same window without the first copy: copy_probe.md / "
+                       ".json / .png in --out-dir (default copy_probe/<SOURCE>)")  # fmt: skip
+    probe.add_argument("--text-file", metavar="FILE", help="windows from this file (default: "
+                       "--split of the model's data set)")  # fmt: skip
+    probe.add_argument("--span", type=int, help="span length m in bytes (default 32)")
+    probe.add_argument("--cue", type=int, help="bytes of the second copy not scored (default 8)")
+    probe.add_argument("--trials", type=int, help="windows, at least 2 (default 32)")
+    probe.add_argument("--distances", type=int, nargs="+", metavar="D", help="between the "
+                       "copies' starts, span <= D <= context - span (default: powers of two "
+                       "from 16 that fit)")  # fmt: skip
+    probe.add_argument("--seed", type=int, help="seed of the windows and spans (default 0)")
     ns = parser.parse_args(args)
     by_context = ns.by_context is not None
+    probe_flags = (ns.text_file, ns.span, ns.cue, ns.trials, ns.distances, ns.seed)
+    if ns.probe and (ns.by_position or by_context or ns.registered or ns.out
+                     or ns.precision != "32-true" or ns.windows is not None
+                     or ns.first_bytes is not None or ns.context is not None
+                     or ns.stride is not None):  # fmt: skip
+        parser.error(
+            "--probe measures in fp32 and writes its own files (--out-dir): not with "
+            "--by-position, --by-context, --context, --stride, --registered, --out, --precision, "
+            "--windows or --first-bytes"
+        )
+    if not ns.probe and any(v is not None for v in probe_flags):
+        parser.error("--text-file, --span, --cue, --trials, --distances and --seed go with --probe")
     if by_context and (ns.by_position or ns.registered or ns.out or ns.precision != "32-true"
                        or ns.windows is not None or ns.first_bytes is not None
                        or ns.context is not None or ns.stride is not None):  # fmt: skip
@@ -382,7 +411,7 @@ def evaluate_main(args: list[str]) -> None:
         parser.error("--target-len, --block-spacing and --blocks go with --by-context")
     if not ns.by_position and (
         ns.context is not None
-        or ((ns.out_dir is not None or ns.name is not None) and not by_context)
+        or ((ns.out_dir is not None or ns.name is not None) and not by_context and not ns.probe)
         or ns.stride is not None
     ):
         parser.error("--context, --stride, --out-dir and --name go with --by-position")
@@ -436,6 +465,9 @@ def _evaluate(ns: argparse.Namespace) -> None:
         return
     if by_context:
         _by_context(ns)
+        return
+    if ns.probe:
+        _copy_probe(ns)
         return
     decoding = {k: v for k, v in (("search", ns.decoding), ("beam_size", ns.beam_size),
                                   ("alpha", ns.alpha)) if v is not None} or None  # fmt: skip
@@ -585,6 +617,31 @@ def _by_context(ns: argparse.Namespace) -> None:
     out = ns.out_dir or str(Path("by_context") / _sanitised(ns.source))
     named = dataclasses.replace(p, source=ns.name) if ns.name else p
     paths = save_context_profile(named, out)
+    print(f"wrote {', '.join(str(path) for path in paths)}")
+
+
+def _copy_probe(ns: argparse.Namespace) -> None:
+    """``zoo evaluate SOURCE --probe copy``: measure (:func:`zoo.probes.copy_probe`), print the
+    table, write the files (which call the model ``--name``, default SOURCE)."""
+    import dataclasses
+
+    import torch
+
+    from zoo.errors import ZooError
+    from zoo.probes import copy_probe, copy_probe_rich_table, save_copy_probe
+
+    given = {k: getattr(ns, k) for k in ("span", "cue", "trials", "distances", "seed")}
+    try:
+        p = copy_probe(ns.source, dataset=ns.dataset, split=ns.split, text_file=ns.text_file,
+                       batch_size=ns.batch_size, data_dir=ns.data_dir,
+                       device="cuda" if torch.cuda.is_available() else "cpu",
+                       **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+    except ZooError as e:
+        print(f"zoo evaluate: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _console().print(copy_probe_rich_table(p))
+    out = ns.out_dir or str(Path("copy_probe") / _sanitised(ns.source))
+    paths = save_copy_probe(dataclasses.replace(p, source=ns.name) if ns.name else p, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")
 
 
