@@ -1,6 +1,7 @@
 """LightningDataModules shared by every family."""
 
 from zoo.data.images import ImageDataModule
+from zoo.data.long_range import LongRangeTaskDataModule, TaskAccuracy, task_accuracy_by_distance
 from zoo.data.text import ByteTextDataModule, ByteTokenizer, load_byte_corpus
 from zoo.data.translation import TranslationDataModule
 
@@ -8,6 +9,9 @@ __all__ = [
     "ByteTextDataModule",
     "ImageDataModule",
     "ByteTokenizer",
+    "LongRangeTaskDataModule",
+    "TaskAccuracy",
     "TranslationDataModule",
     "load_byte_corpus",
+    "task_accuracy_by_distance",
 ]

@@ -1,0 +1,313 @@
+"""Long-range tasks at byte level: retrieval at a controlled distance (the examples; the
+LightningDataModule and the accuracy by distance are in :mod:`zoo.data.long_range`).
+
+Every task writes ``n_pairs`` items twice in a sequence of ``seq_len`` bytes: a first occurrence at
+byte ``p`` and a second at ``p + d``. The second occurrence starts with a part that names the item
+(the key, or the cue), and the bytes after it can only be predicted by retrieving the first
+occurrence ``d`` bytes back. ``d`` is the distance between the starts of the two occurrences (the
+copy probe's convention, :mod:`zoo.probes`).
+
+- ``task="mqar"``: multi-query associative recall (Arora et al. 2023, "Zoology", §3). The
+  definition there: a sequence holds key-value pairs, keys and values drawn from disjoint
+  vocabularies, followed by several queries, each a key of one of the pairs; at every query the
+  model must output the value paired with that key. Several queries per sequence ("multi-query")
+  make the task dense enough to train on, unlike single-query associative recall. Here a key is
+  ``key_len`` uppercase letters (distinct within a sequence), a value ``value_len`` digits, the
+  filler lowercase letters (``alphabet="letters"``) or any other byte (``"bytes"``), so no byte of
+  one can be taken for the other. Scored: the ``value_len`` value bytes after each query.
+  Deviation: Zoology puts all pairs first and draws the query positions from a power law; here
+  pairs and queries are interleaved in filler so that each query's distance is drawn on its own
+  (below), and a key's first occurrence is always its pair.
+- ``task="copy"``: copy at distance, the task behind induction heads (Olsson et al. 2022, "In-context
+  Learning and Induction Heads") and the copy probe: a span of ``span`` random bytes of the filler's
+  own alphabet written at ``p`` and again at ``p + d``. Scored: the second copy's bytes after its
+  first ``cue`` (the cue locates the first copy; the filler alone cannot).
+- ``task="pg19_repeats"``: language modelling with retrieval opportunities. Training windows of
+  pg19mini's training books (read by :func:`zoo.data.text.load_byte_corpus`, as
+  :class:`~zoo.data.ByteTextDataModule` reads them); with probability ``rate`` a window gets
+  ``n_pairs`` planted repeats, each a span of ``span`` random letters (the copy probe's kind) or
+  bytes written twice. Every target is scored, as in plain language modelling. Validation and test
+  are pg19mini's own (every byte of the split once, :class:`~zoo.data.text.EvalWindows`), so
+  ``val/bpb`` and ``test/bpb`` compare with every pg19mini recipe; retrieval is measured apart,
+  by :func:`~zoo.data.long_range.task_accuracy_by_distance` on ``n_eval`` windows of the split
+  with planted repeats.
+
+Distances are drawn per item, log-uniformly over the integers in ``[min_distance, max_distance]``
+(``P(d) ∝ log(1 + 1/d)``: about as many items in each power-of-two bucket), and each item's first
+occurrence uniformly among the places where both occurrences land on free bytes; a distance with
+no free place left is drawn again (so the distribution is the log-uniform one conditioned on
+fitting; a check at construction guarantees that ``min_distance`` always fits).
+
+Batches are ``(x, y)``, int64 ``(batch_size, seq_len)``, ``y`` = ``x`` shifted by one with ``-100``
+(:data:`IGNORE_INDEX`, which :class:`zoo.tasks.CausalLM` ignores) on the targets not scored, so
+``train/bpb`` and ``val/bpb`` are bits per scored byte. Training examples are new at every step,
+example ``i`` drawn from ``(seed, i)``; the validation and test sets are ``n_eval`` fixed examples
+that depend on the task's settings but not on ``seed``, so runs of different seeds are measured on
+the same examples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from zoo.config import require_positive
+from zoo.data.text import IGNORE_INDEX
+from zoo.errors import ConfigError
+
+__all__ = [
+    "LONG_RANGE_TASKS",
+    "LongRangeTask",
+    "TaskExample",
+    "TaskExamples",
+    "place",
+]
+
+LONG_RANGE_TASKS = ("mqar", "copy", "pg19_repeats")
+KEYS = np.arange(ord("A"), ord("Z") + 1, dtype=np.uint8)  # mqar keys
+VALUES = np.arange(ord("0"), ord("9") + 1, dtype=np.uint8)  # mqar values
+LETTERS = np.arange(ord("a"), ord("z") + 1, dtype=np.uint8)
+BYTES = np.arange(256, dtype=np.uint8)
+MAX_KEY_LEN = 8  # 26**8 keys: drawn without replacement as one int64
+# the evaluation sets draw from (stream, i), the training examples from (0, seed, i)
+SPLIT_STREAM = {"valid": 1, "test": 2}
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    """One sequence of a task: ``x``, ``y`` int64 ``(seq_len,)`` (``y`` = ``x`` shifted by one,
+    ``-100`` where not scored), ``first`` and ``second`` int64 ``(n,)`` where each item's two
+    occurrences start in ``x``, and ``scored`` int64 ``(n, m)``: the indices of ``y`` that hold
+    each item's ``m`` bytes after its key or cue (what :func:`task_accuracy_by_distance` checks)."""
+
+    x: Tensor
+    y: Tensor
+    first: np.ndarray
+    second: np.ndarray
+    scored: np.ndarray
+
+    @property
+    def distance(self) -> np.ndarray:  # (n,) bytes
+        return self.second - self.first
+
+
+@dataclass(frozen=True)
+class LongRangeTask:
+    """The settings of a task (module docstring; the arguments of
+    :class:`~zoo.data.long_range.LongRangeTaskDataModule`); ``seq_len=None`` until the model's
+    context is known."""
+
+    task: str = "mqar"
+    seq_len: int | None = None
+    n_pairs: int = 4  # items per sequence (pairs, spans, planted repeats)
+    key_len: int = 2  # mqar: uppercase letters per key
+    value_len: int = 2  # mqar: digits per value
+    span: int = 32  # copy, pg19_repeats: bytes per span
+    cue: int = 8  # copy, pg19_repeats: bytes of the second copy not scored
+    min_distance: int | None = None  # None: the item's width (the occurrences touch)
+    max_distance: int | None = None  # None: seq_len - width (the farthest that fits)
+    alphabet: str = "letters"  # filler and spans: lowercase letters, or bytes
+    rate: float = 0.5  # pg19_repeats: probability that a training window gets repeats
+
+    @property
+    def width(self) -> int:
+        """Bytes per occurrence of an item."""
+        return self.key_len + self.value_len if self.task == "mqar" else self.span
+
+    @property
+    def cue_width(self) -> int:
+        """Bytes at the start of a second occurrence that are not scored (key or cue)."""
+        return self.key_len if self.task == "mqar" else self.cue
+
+    @property
+    def distances(self) -> tuple[int, int]:
+        """``(min_distance, max_distance)`` with the defaults filled in (needs ``seq_len``)."""
+        lo = self.width if self.min_distance is None else self.min_distance
+        hi = self.seq_len - self.width if self.max_distance is None else self.max_distance
+        return lo, hi
+
+    @property
+    def chance(self) -> float:
+        """The byte accuracy of a uniform guess over the scored bytes' alphabet."""
+        if self.task == "mqar":
+            return 1 / len(VALUES)
+        return 1 / len(LETTERS if self.alphabet == "letters" else BYTES)
+
+    def filler(self) -> np.ndarray:
+        """The bytes the filler is drawn from (uniformly)."""
+        if self.alphabet == "letters":
+            return LETTERS
+        if self.task == "mqar":  # any byte that is neither a key's nor a value's
+            return np.setdiff1d(BYTES, np.concatenate([KEYS, VALUES]))
+        return BYTES
+
+    def check(self) -> LongRangeTask:
+        """``self``, or a one-line :class:`ConfigError` naming the setting that cannot work; the
+        checks that need ``seq_len`` wait for it."""
+        name = f"LongRangeTaskDataModule(task={self.task!r})"
+        if self.task not in LONG_RANGE_TASKS:
+            raise ConfigError(f"unknown task {self.task!r}; the tasks are {list(LONG_RANGE_TASKS)}")
+        if self.alphabet not in ("letters", "bytes"):
+            raise ConfigError(
+                f"{name}: alphabet must be 'letters' or 'bytes', got {self.alphabet!r}"
+            )
+        require_positive(
+            name,
+            seq_len=self.seq_len,
+            n_pairs=self.n_pairs,
+            key_len=self.key_len,
+            value_len=self.value_len,
+            span=self.span,
+            cue=self.cue,
+            min_distance=self.min_distance,
+            max_distance=self.max_distance,
+        )
+        if self.task == "mqar" and self.key_len > MAX_KEY_LEN:
+            raise ConfigError(f"{name}: key_len must be at most {MAX_KEY_LEN}, got {self.key_len}")
+        if self.task == "mqar" and self.n_pairs > len(KEYS) ** self.key_len:
+            raise ConfigError(
+                f"{name}: n_pairs={self.n_pairs} distinct keys of {self.key_len} "
+                f"letters do not exist (at most {26**self.key_len})"
+            )
+        if self.task != "mqar" and self.cue >= self.span:
+            raise ConfigError(
+                f"{name}: cue={self.cue} leaves nothing of span={self.span} to score;"
+                " the cue must be shorter than the span"
+            )
+        if not 0.0 <= self.rate <= 1.0:
+            raise ConfigError(f"{name}: rate must be in [0, 1], got {self.rate}")
+        if self.seq_len is None:
+            return self
+        T, w, n = self.seq_len, self.width, self.n_pairs
+        lo, hi = self.distances
+        if lo < w:
+            raise ConfigError(
+                f"{name}: min_distance={lo} is shorter than an item ({w} bytes): the "
+                f"two occurrences would overlap; give at least {w}"
+            )
+        if hi + w > T:
+            raise ConfigError(
+                f"{name}: max_distance={hi} + the item's {w} bytes is past "
+                f"seq_len={T}; give max_distance <= {T - w}"
+            )
+        if hi < lo:
+            raise ConfigError(f"{name}: max_distance={hi} is below min_distance={lo}")
+        need = lo + w + 4 * (n - 1) * (2 * w - 1)  # the worst case of placing n - 1 items first
+        if T < need:
+            raise ConfigError(
+                f"{name}: n_pairs={n} items of {w} bytes at min_distance={lo} do not "
+                f"surely fit in seq_len={T} (that needs {need}); lower n_pairs or "
+                "raise seq_len"
+            )
+        return self
+
+    def example(
+        self, rng: np.random.Generator, text: np.ndarray | None = None, rate: float = 1.0
+    ) -> TaskExample:
+        """A sequence drawn from ``rng``: for ``pg19_repeats`` a window of ``text`` (uint8), with
+        repeats planted at probability ``rate``."""
+        T, w, n = self.seq_len, self.width, self.n_pairs
+        if self.task == "pg19_repeats":
+            start = rng.integers(0, len(text) - T)
+            chunk = text[start : start + T + 1].copy()  # (T + 1,)
+            n = n if rng.random() < rate else 0
+        else:
+            chunk = rng.choice(self.filler(), T + 1)  # (T + 1,)
+        first, second = place(rng, T, n, w, *self.distances)
+        if self.task == "mqar":
+            ids = rng.choice(len(KEYS) ** self.key_len, n, replace=False)  # distinct keys
+            digits = ids[:, None] // len(KEYS) ** np.arange(self.key_len)[::-1] % len(KEYS)
+            values = rng.choice(VALUES, (n, self.value_len))
+            items = np.concatenate([KEYS[digits], values], axis=1)  # (n, w)
+        else:
+            items = rng.choice(LETTERS if self.alphabet == "letters" else BYTES, (n, w))
+        offsets = np.arange(w)
+        chunk[first[:, None] + offsets] = items
+        chunk[second[:, None] + offsets] = items
+        # y[t] = chunk[t + 1]: the byte at second + c is the target at second + c - 1
+        scored = second[:, None] + np.arange(self.cue_width, w) - 1  # (n, m)
+        chunk = torch.from_numpy(chunk.astype(np.int64))
+        x, y = chunk[:-1], chunk[1:].clone()
+        if self.task != "pg19_repeats":  # only the retrieved bytes are scored
+            keep = torch.zeros(T, dtype=torch.bool)
+            keep[torch.from_numpy(scored.ravel())] = True
+            y[~keep] = IGNORE_INDEX
+        return TaskExample(x, y, first, second, scored)
+
+
+def place(
+    rng: np.random.Generator, seq_len: int, n: int, width: int, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Starts ``(first, second)``, int64 ``(n,)``, of ``n`` items of ``width`` bytes written twice
+    in ``[0, seq_len)`` without overlap, ``second - first`` in ``[lo, hi]``, drawn as the module
+    docstring says. Needs ``seq_len >= lo + width + 4 (n - 1)(2 width - 1)``
+    (:meth:`LongRangeTask.check`): each placed item blocks at most ``4 (2 width - 1)`` starts."""
+    busy = np.zeros(seq_len, dtype=bool)
+    first, second = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for j in range(n):
+        taken = np.concatenate([[0], np.cumsum(busy)])
+        free = taken[width:] == taken[:-width]  # (seq_len - width + 1,) [p, p + width) is free
+        ok = _both_free(free, _log_uniform(rng, lo, hi))
+        for _ in range(8):  # usually a free place exists: the drawn distance stands
+            if ok[1].any():
+                break
+            ok = _both_free(free, _log_uniform(rng, lo, hi))
+        else:  # crowded: draw among the distances that have a free place (the same law)
+            fits = np.flatnonzero(_pairs_per_lag(free)[lo : hi + 1] > 0.5) + lo
+            weights = np.log1p(1 / fits)
+            ok = _both_free(free, int(rng.choice(fits, p=weights / weights.sum())))
+        d, starts = ok[0], np.flatnonzero(ok[1])
+        p = int(rng.choice(starts))
+        first[j], second[j] = p, p + d
+        busy[p : p + width] = busy[p + d : p + d + width] = True
+    return first, second
+
+
+def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """An integer in ``[lo, hi]`` with ``P(d) ∝ log(1 + 1/d)``: floor of a log-uniform real."""
+    return min(hi, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)))))
+
+
+def _both_free(free: np.ndarray, d: int) -> tuple[int, np.ndarray]:
+    """``(d, ok)``: ``ok[p]`` when both ``[p, p + w)`` and ``[p + d, p + d + w)`` are free."""
+    return d, free[: len(free) - d] & free[d:]
+
+
+def _pairs_per_lag(free: np.ndarray) -> np.ndarray:
+    """``c[d]`` = the number of ``p`` with ``free[p]`` and ``free[p + d]`` (an autocorrelation,
+    by FFT)."""
+    size = 2 * len(free)
+    f = np.fft.rfft(free.astype(np.float64), size)
+    return np.fft.irfft(f * np.conj(f), size)[: len(free)]
+
+
+class TaskExamples(Dataset):
+    """Examples ``i = 0 .. n - 1`` of a task, example ``i`` drawn from ``entropy + (i,)`` alone;
+    items are ``(x, y)`` and :meth:`example` gives the whole :class:`TaskExample`. Any index is
+    valid (the training sampler goes past ``n`` in later epochs)."""
+
+    def __init__(
+        self,
+        spec: LongRangeTask,
+        entropy: tuple[int, ...],
+        n: int,
+        text: np.ndarray | None = None,
+        rate: float = 1.0,
+    ) -> None:
+        self.spec, self.entropy, self.n, self.text, self.rate = spec, entropy, n, text, rate
+
+    def __len__(self) -> int:
+        return self.n
+
+    def example(self, i: int) -> TaskExample:
+        rng = np.random.default_rng([*self.entropy, i])
+        return self.spec.example(rng, self.text, self.rate)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        e = self.example(i)
+        return e.x, e.y
