@@ -188,7 +188,7 @@ def tiny(tmp_path_factory) -> str:
 def test_cli_copy_probe_end_to_end(tiny, data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     main(["evaluate", tiny, "--probe", "copy", "--trials", "2", "--name", "tiny"])
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps the title to the terminal
     assert "copy probe on" in out and "95% interval (t)" in out and "wrote copy_probe/" in out
     p = load_copy_probe(tmp_path / "copy_probe" / tiny.strip("/").replace("/", "_"))
     assert (p.source, p.text, p.max_seq_len) == ("tiny", "pg19mini test", 128)
