@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from zoo.config import require_positive
 from zoo.data.long_range_tasks import SPLIT_STREAM, LongRangeTask, TaskExamples
-from zoo.data.text import EvalWindows, ResumableLoader, load_byte_corpus
+from zoo.data.text import EvalWindows, ResumableLoader, load_byte_corpus, samples_done
 from zoo.errors import ConfigError
 
 __all__ = [
@@ -209,20 +209,8 @@ class LongRangeTaskDataModule(LightningDataModule):
         )
 
     def _examples_done(self, n: int) -> int:
-        """Examples of the current epoch that a resumed run's optimizer steps already trained on
-        (0 for a fresh run)."""
-        trainer = self.trainer
-        if trainer is None or not trainer.global_step:
-            return 0
-        per_epoch = n // self.batch_size
-        limit = trainer.limit_train_batches
-        if isinstance(limit, int):
-            per_epoch = min(per_epoch, limit)
-        elif isinstance(limit, float) and limit < 1.0:
-            per_epoch = int(per_epoch * limit)
-        done = trainer.global_step * trainer.accumulate_grad_batches
-        done -= trainer.current_epoch * per_epoch
-        return max(0, min(done, per_epoch)) * self.batch_size
+        """Examples of the current epoch that a resumed run already trained on (0 if fresh)."""
+        return samples_done(self.trainer, n, self.batch_size)
 
     def _eval_loader(self, split: Literal["valid", "test"]) -> DataLoader:
         if self.spec.task == "pg19_repeats":

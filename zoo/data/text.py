@@ -51,6 +51,7 @@ __all__ = [
     "EvalWindows",
     "RandomWindows",
     "load_byte_corpus",
+    "samples_done",
     "split_enwik8",
 ]
 
@@ -451,6 +452,23 @@ class EvalWindows(Dataset):
 
 
 # --- the DataModule --------------------------------------------------------------------------------
+def samples_done(trainer, n: int, batch_size: int) -> int:
+    """Samples of the current epoch (``n`` per epoch, in batches of ``batch_size``) that the
+    optimizer steps of a resumed run, ``trainer`` (or None), already trained on; 0 for a fresh run.
+    Its training loader starts there, so a resumed run sees what an uninterrupted one would."""
+    if trainer is None or not trainer.global_step:
+        return 0
+    per_epoch = n // batch_size
+    limit = trainer.limit_train_batches
+    if isinstance(limit, int):
+        per_epoch = min(per_epoch, limit)
+    elif isinstance(limit, float) and limit < 1.0:
+        per_epoch = int(per_epoch * limit)
+    done = trainer.global_step * trainer.accumulate_grad_batches
+    done -= trainer.current_epoch * per_epoch
+    return max(0, min(done, per_epoch)) * batch_size
+
+
 class ByteTextDataModule(LightningDataModule):
     """Byte-level language-modelling data: batches ``(x, y)`` of int64 ``(batch_size, seq_len)``.
 
@@ -656,18 +674,7 @@ class ByteTextDataModule(LightningDataModule):
     def _windows_done(self, n: int) -> int:
         """Windows of the current epoch that a resumed run's optimizer steps already trained on
         (0 for a fresh run)."""
-        trainer = self.trainer
-        if trainer is None or not trainer.global_step:
-            return 0
-        per_epoch = n // self.batch_size
-        limit = trainer.limit_train_batches
-        if isinstance(limit, int):
-            per_epoch = min(per_epoch, limit)
-        elif isinstance(limit, float) and limit < 1.0:
-            per_epoch = int(per_epoch * limit)
-        done = trainer.global_step * trainer.accumulate_grad_batches
-        done -= trainer.current_epoch * per_epoch
-        return max(0, min(done, per_epoch)) * self.batch_size
+        return samples_done(self.trainer, n, self.batch_size)
 
     def _eval_loader(self, split: Split) -> DataLoader:
         ds = EvalWindows(self.splits[split], self._resolve_seq_len())
