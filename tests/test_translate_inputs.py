@@ -5,7 +5,7 @@ import io
 import math
 
 import pytest
-import torch
+import test_translate
 
 import zoo
 import zoo.beam_search
@@ -13,15 +13,9 @@ from zoo.beam_search import translate
 from zoo.cli import main
 from zoo.errors import ConfigError
 
+model = test_translate.model  # the tiny translator fixture, shared
+
 PUBLISHED = "transformer_small.multi30k"  # shipped in checkpoints/; registered with alpha 1.0
-
-
-@pytest.fixture
-def model(tokenizer):
-    torch.manual_seed(0)
-    m = zoo.create_model("transformer_tiny", vocab_size=tokenizer.get_vocab_size()).eval()
-    m.tokenizer = tokenizer
-    return m
 
 
 class Untouchable:
