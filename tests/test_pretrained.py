@@ -54,7 +54,11 @@ def test_dtype_and_device(saved):
 @pytest.mark.parametrize(
     "option, message, fix",
     [
-        ({"device": "cuda"}, "device='cuda': this machine has no cuda device", "device='cpu'"),
+        (
+            {"device": "cuda"},
+            "device='cuda' is not available: this machine has no cuda device",
+            "device='cpu'",
+        ),
         ({"device": "cpu:x"}, "device='cpu:x' is not a device", "use 'cpu', 'cuda'"),
         ({"dtype": torch.int8}, "dtype=torch.int8 is not a dtype to", "torch.bfloat16"),
     ],

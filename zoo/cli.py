@@ -350,24 +350,13 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
 
 
 def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
-    """``device`` if this machine has it; else exit 2 with a one-line error naming what it has."""
-    try:
-        kind = torch.device(device).type
-    except RuntimeError:
-        parser.exit(
-            2, f"{parser.prog}: error: --device {device!r} is not a device (cpu, cuda, cuda:1)\n"
-        )
-    available = {
-        "cpu": True,
-        "cuda": torch.cuda.is_available(),
-        "mps": torch.backends.mps.is_available(),
-    }.get(kind, False)
-    if not available:
-        parser.exit(
-            2,
-            f"{parser.prog}: error: --device {device}: this machine has no {kind} device "
-            f"(torch {torch.__version__}); use --device cpu\n",
-        )
+    """``device`` if this machine has it; else exit 2 with a one-line error naming what it has
+    (:func:`zoo.pretrained.device_problem`)."""
+    from zoo.pretrained import device_problem
+
+    problem = device_problem(device, cpu="--device cpu")
+    if problem is not None:
+        parser.exit(2, f"{parser.prog}: error: --device {device!r} {problem}\n")
     return device
 
 

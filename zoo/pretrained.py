@@ -49,6 +49,7 @@ __all__ = [
     "PretrainedMixin",
     "UnverifiedWeightsWarning",
     "checked_device_and_dtype",
+    "device_problem",
     "explicit_path",
     "find_checkpoint",
     "from_pretrained",
@@ -318,6 +319,28 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> To
 LOAD_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
+def device_problem(device: str | torch.device, cpu: str = "device='cpu'") -> str | None:
+    """Why ``device`` cannot be used on this machine, as the words after its name, ending with the
+    fix (``cpu``: how the caller spells the CPU); None if it can be used. Shared by
+    :func:`from_pretrained` and the commands' ``--device``."""
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError):
+        return "is not a device; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+    backend = torch.backends.mps if checked.type == "mps" else getattr(torch, checked.type, None)
+    available = checked.type == "cpu" or bool(
+        backend is not None and hasattr(backend, "is_available") and backend.is_available()
+    )
+    build = ", a CPU-only build" if "+cpu" in torch.__version__ else ""
+    if not available:
+        return (f"is not available: this machine has no {checked.type} device "
+                f"(torch {torch.__version__}{build}); use {cpu}")  # fmt: skip
+    count = getattr(backend, "device_count", lambda: 1)()
+    if checked.index is not None and checked.index >= count:
+        return f"is not available: this machine has {count} {checked.type} device(s), from 0"
+    return None
+
+
 def checked_device_and_dtype(
     device: str | torch.device | None, dtype: torch.dtype | None
 ) -> tuple[torch.device | None, torch.dtype | None]:
@@ -325,8 +348,8 @@ def checked_device_and_dtype(
 
     Raises:
         ConfigError: ``device`` is not a device name, or this machine (this build of torch) has
-            no such device; ``dtype`` is not one of :data:`LOAD_DTYPES` (an integer dtype would
-            truncate every weight).
+            no such device (:func:`device_problem`); ``dtype`` is not one of :data:`LOAD_DTYPES`
+            (an integer dtype would truncate every weight).
     """
     if dtype is not None and dtype not in LOAD_DTYPES:
         names = ", ".join(str(d) for d in LOAD_DTYPES)
@@ -336,26 +359,10 @@ def checked_device_and_dtype(
         )
     if device is None:
         return None, dtype
-    try:
-        checked = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ConfigError(
-            f"from_pretrained: device={device!r} is not a device; use 'cpu', 'cuda', 'cuda:1', "
-            "'mps' or a torch.device."
-        ) from None
-    backend = getattr(torch, checked.type, None) if checked.type != "mps" else torch.backends.mps
-    available = checked.type == "cpu" or bool(
-        backend is not None and hasattr(backend, "is_available") and backend.is_available()
-    )
-    count = getattr(backend, "device_count", lambda: 1)() if available else 0
-    if not available or (checked.index is not None and checked.index >= count):
-        what = f"{checked.type} device" if checked.index is None else f"device {checked}"
-        build = ", a CPU-only build" if "+cpu" in torch.__version__ else ""
-        raise ConfigError(
-            f"from_pretrained: device={str(device)!r}: this machine has no {what} "
-            f"(torch {torch.__version__}{build}); use device='cpu'."
-        )
-    return checked, dtype
+    problem = device_problem(device)
+    if problem is not None:
+        raise ConfigError(f"from_pretrained: device={str(device)!r} {problem}.")
+    return torch.device(device), dtype
 
 
 def from_pretrained(
