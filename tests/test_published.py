@@ -1,6 +1,8 @@
 """The repository's own registry and shipped checkpoints: checkpoints.yaml is valid and agrees with
 the files under checkpoints/, the README table is generated from it, and every shipped checkpoint
-re-measures its registered metric on the fixed slice of the test books."""
+re-measures its registered metric on the fixed slice of the test books. Every byte-level LM
+registers its copy probe's gain (`copy_gain`) and publishes the curve; the short-context ones
+re-measure it here (the others take minutes: `zoo evaluate NAME --registered --metric copy_gain`)."""
 
 import json
 from pathlib import Path
@@ -8,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.evaluation import evaluate
+from zoo.evaluation import evaluate, remeasure
 from zoo.hub import load_registry, sha256_file
+from zoo.probes import COPY_PROBE_FILES, default_distances, gain_metric, load_copy_probe
 from zoo.publishing import structure_of
 from zoo.publishing.cli import _readme_with_table, markdown_table
 from zoo.registry import get_preset
@@ -29,7 +32,9 @@ TOLERANCE = {  # the registered value to its printed decimals (fp32 on different
     "bits_per_byte": 5e-5,
     "bits_per_dim": 5e-5,
     "bleu": 0.005,  # BLEU: fp32 beam search, printed to 2 decimals
+    "copy_gain": 5e-5,
 }
+BYTE_LMS = [e for e in ENTRIES if e.task == "causal_lm"]
 
 
 def test_every_family_and_task_has_a_published_checkpoint():
@@ -88,7 +93,8 @@ def test_shipped_checkpoint_re_measures_its_registered_metric(entry, data_dir, m
     # the registered config may predate fields added since (with defaults that keep the model)
     registered_config = type(model.config).from_dict(entry.config)
     assert not model.training and model.config == registered_config
-    for registered in (m for m in entry.metrics if m.windows is not None):
+    # the slices of the split; copy_gain: test_every_byte_lm_registers_its_copy_gain below
+    for registered in (m for m in entry.metrics if m.windows is not None and m.name != "copy_gain"):
         measured = evaluate(
             entry.name,
             dataset=registered.dataset,
@@ -114,3 +120,45 @@ def test_shipped_checkpoint_verifies_its_golden_logits(entry, monkeypatch):
     assert "golden.json" in entry.files
     verdict = verify(entry.name)
     assert verdict.ok, verdict.summary()
+
+
+@pytest.mark.parametrize("entry", BYTE_LMS, ids=lambda e: e.name)
+def test_every_byte_lm_registers_its_copy_gain_and_publishes_its_curve(entry):
+    """The copy probe's gain at d = 1,024 (at the largest distance that fits, for a shorter
+    context), at the probe's defaults, as its published curve has it; the curve in the card."""
+    (gain,) = [m for m in entry.metrics if m.name == "copy_gain"]
+    context = entry.structure["context"]
+    distance = 1024 if context >= 4096 else default_distances(context, 32)[-1]
+    assert gain.probe == {"distance": distance, "span": 32, "cue": 8, "seed": 0}
+    assert (gain.dataset, gain.split, gain.windows, gain.targets, gain.precision, gain.context) == (
+        entry.dataset, "test", 32, 32 * 24, "32-true", context
+    )  # fmt: skip
+    assert gain.hardware and gain.date
+    assert set(COPY_PROBE_FILES) <= set(entry.files)
+    folder = REGISTRY.shipped_dir / entry.name
+    probe = load_copy_probe(folder)
+    assert probe.source == entry.name and probe.max_seq_len == context
+    assert gain_metric(probe, distance, hardware=gain.hardware, date=gain.date) == gain
+    card = (folder / "README.md").read_text()
+    assert "## Retrieval at a distance (copy probe)" in card and "(copy_probe.png)" in card
+    assert f"`zoo evaluate {entry.name} --registered --metric copy_gain`" in card
+
+
+def test_only_byte_lms_have_a_copy_gain():
+    """The probe refuses image and translation models: their entries carry neither."""
+    assert len(BYTE_LMS) >= 8
+    for entry in ENTRIES:
+        if entry.task != "causal_lm":
+            assert not any(m.name == "copy_gain" for m in entry.metrics), entry.name
+            assert not set(COPY_PROBE_FILES) & set(entry.files), entry.name
+
+
+@pytest.mark.parametrize(
+    "entry", [e for e in BYTE_LMS if e.structure["context"] <= 256], ids=lambda e: e.name
+)
+def test_shipped_short_context_lm_re_measures_its_copy_gain(entry, data_dir, monkeypatch):
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)
+    (gain,) = [m for m in entry.metrics if m.name == "copy_gain"]
+    measured = remeasure(entry.name, gain, data_dir=str(data_dir), progress=False)
+    assert measured.probe == gain.probe and measured.targets == gain.targets
+    assert measured.value == pytest.approx(gain.value, abs=TOLERANCE["copy_gain"])

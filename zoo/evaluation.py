@@ -47,6 +47,7 @@ __all__ = [
     "load_position_profile",
     "load_task",
     "position_table",
+    "remeasure",
     "save_metric",
     "save_position_profile",
 ]
@@ -231,6 +232,31 @@ def evaluate(
         hardware=hardware(trainer),
         date=datetime.date.today().isoformat(),
     )
+
+
+def remeasure(
+    source, registered: Metric, *, data_dir: str | None = None, progress: bool = True
+) -> Metric:
+    """Measure ``source`` again as the ``registered`` metric of ``checkpoints.yaml`` was measured
+    (``zoo evaluate NAME --registered``): its data set, split, slice, precision and decoding, or
+    for ``copy_gain`` the copy probe at its one distance with its settings
+    (:func:`zoo.probes.copy_gain`).
+
+    Raises:
+        what :func:`evaluate` or :func:`zoo.probes.copy_probe` raise.
+    """
+    if registered.name == "copy_gain":
+        from zoo.probes import copy_gain
+
+        p = registered.probe or {}
+        return copy_gain(source, distance=p["distance"], dataset=registered.dataset,
+                         split=registered.split, span=p["span"], cue=p["cue"],
+                         trials=registered.windows, seed=p["seed"], data_dir=data_dir,
+                         progress=progress)  # fmt: skip
+    return evaluate(source, dataset=registered.dataset, split=registered.split,
+                    windows=registered.windows, precision=registered.precision,
+                    decoding=registered.decoding, data_dir=data_dir,
+                    progress=progress)  # fmt: skip
 
 
 def evaluate_images(

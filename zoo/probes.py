@@ -19,6 +19,11 @@ al. 2023, "Zoology", §3), on real text and without training:
 - the retrieval gain is ``control - repeat`` in bits per byte, with a two-sided 95% Student-t
   interval over the trials' paired gains (``mean ± t(0.975, trials - 1) · s / sqrt(trials)``).
 
+The windows and spans depend on the seed, the context and the span alone, not on the distances,
+so the gain at one distance is the same whichever other distances are measured with it. That is
+what the registry's ``copy_gain`` metric relies on (:func:`copy_gain`: one distance, re-measured
+by ``zoo evaluate NAME --registered``).
+
 A model that copies from its context scores the repeat near 0 bits; one that does not scores it as
 the control. The windows of one book may overlap, so read the interval as a lower bound on the
 uncertainty. The model runs in fp32, in eval mode, the trials batched in forward passes.
@@ -32,17 +37,23 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zoo.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from zoo.hub.registry import Metric
 
 __all__ = [
     "COPY_PROBE_FILES",
     "CopyProbe",
+    "copy_gain",
     "copy_inputs",
     "copy_probe",
     "copy_probe_rich_table",
     "copy_probe_table",
     "default_distances",
+    "gain_metric",
     "load_copy_probe",
     "plot_copy_probe",
     "save_copy_probe",
@@ -363,6 +374,53 @@ def copy_probe(
         trial_control=_rounded(control),
         trial_repeat=tuple(_rounded(row) for row in repeat),
     )
+
+
+def gain_metric(probe: CopyProbe, distance: int, *, hardware: str | None = None,
+                date: str | None = None) -> Metric:  # fmt: skip
+    """The registry's ``copy_gain`` :class:`~zoo.hub.registry.Metric` of ``probe`` at
+    ``distance``: its gain in bits per byte, measured in fp32 on ``probe.trials`` windows.
+
+    Raises:
+        ConfigError: ``probe`` did not measure ``distance``, or was measured on a text file.
+    """
+    from zoo.hub.registry import Metric
+
+    if distance not in probe.distances or probe.text_file is not None:
+        raise ConfigError(
+            f"copy_gain at d = {distance} needs a probe of a data set's split that measured it "
+            f"(this one: {probe.text}, distances {list(probe.distances)})"
+        )
+    return Metric(
+        name="copy_gain",
+        value=probe.gain[probe.distances.index(distance)],
+        dataset=probe.dataset,
+        split=probe.split,
+        windows=probe.trials,
+        targets=probe.trials * (probe.span - probe.cue),
+        precision="32-true",
+        context=probe.max_seq_len,
+        hardware=hardware,
+        date=date,
+        probe={"distance": distance, "span": probe.span, "cue": probe.cue, "seed": probe.seed},
+    )
+
+
+def copy_gain(source, *, distance: int, device: str | None = None, **settings) -> Metric:
+    """Measure the copy probe at ``distance`` alone on ``source`` (``settings``: the other
+    arguments of :func:`copy_probe`: dataset, split, span, cue, trials, seed, data_dir, ...) and
+    return it as a ``copy_gain`` metric (:func:`gain_metric`), with this machine's hardware and
+    today's date. ``device``: default a CUDA GPU when there is one, else the CPU."""
+    import datetime
+
+    import torch
+
+    from zoo.lineage import device_name
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    probe = copy_probe(source, distances=(distance,), device=device, **settings)
+    on = f"1 x {device_name(device)}" if device.startswith("cuda") else device_name("cpu")
+    return gain_metric(probe, distance, hardware=on, date=datetime.date.today().isoformat())
 
 
 def _rounded(values) -> tuple[float, ...]:

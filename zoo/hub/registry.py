@@ -58,6 +58,12 @@ class MetricKind:
     digits: int = 4  # decimals printed
     tolerance: float = 0.002  # default |registered - measured| allowed by --registered
     slice: str = "first {n:,} {windows}"  # what a slice of n units is
+    title: str = ""  # what tables call the metric, when its unit alone does not say it
+
+    @property
+    def heading(self) -> str:
+        """The metric in a table's first column: ``"bits/byte"``, ``"copy gain (bits/byte)"``."""
+        return self.title or self.unit
 
     def measured_on(self, n: int | None) -> str:
         """``"all images"``, ``"first 16 windows"``: the whole split (``n`` None) or a slice."""
@@ -79,9 +85,21 @@ METRICS: dict[str, MetricKind] = {
     "bleu": MetricKind(
         "BLEU", "sentences", "sentences", lower_is_better=False, digits=2, tolerance=0.05
     ),  # fmt: skip
+    "copy_gain": MetricKind(
+        "bits/byte",
+        "bytes",
+        "trials",
+        lower_is_better=False,
+        slice="{n:,} {windows}",
+        title="copy gain (bits/byte)",
+    ),  # fmt: skip
 }
 """The metrics a checkpoint can register. ``bleu`` also records sacrebleu's ``signature`` and the
-``decoding`` settings (beam size, length penalty alpha, checkpoint averaging)."""
+``decoding`` settings (beam size, length penalty alpha, checkpoint averaging). ``copy_gain`` is
+the copy probe's retrieval gain at one distance (:mod:`zoo.probes`, docs/long_context.md §7):
+control minus repeat in bits per byte on the span's bytes after the cue, higher is better;
+``windows`` counts its trials, ``targets`` the bytes scored (trials x (span - cue)), and ``probe``
+records ``distance``, ``span``, ``cue`` and ``seed``."""
 
 _METRIC = {
     "type": "object",
@@ -100,12 +118,26 @@ _METRIC = {
         "date": {"type": "string"},
         "signature": {"type": "string"},  # bleu: sacrebleu's signature
         "decoding": {"type": "object"},  # bleu: beam, alpha, averaged checkpoints
+        "probe": {  # copy_gain: the copy probe's settings (zoo.probes)
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["distance", "span", "cue", "seed"],
+            "properties": {
+                k: {"type": "integer", "minimum": 0 if k in ("cue", "seed") else 1}
+                for k in ("distance", "span", "cue", "seed")
+            },
+        },
     },
     "allOf": [
         {
             "if": {"properties": {"name": {"const": "bleu"}}},
             "then": {"required": ["signature", "decoding"]},
-        }
+        },
+        {
+            "if": {"properties": {"name": {"const": "copy_gain"}}},
+            "then": {"required": ["probe"], "properties": {"windows": {"type": "integer"}}},
+            "else": {"not": {"required": ["probe"]}},
+        },
     ],
 }
 _STRUCTURE = {  # the attention structure: the config's structure() and the trained context
@@ -202,7 +234,7 @@ class Metric:
     ``windows`` is ``None`` for the whole split, else how many evaluation units were measured, in
     the split's order (a slice: windows of ``context`` tokens, images, or sentences); ``targets``
     counts what was scored (bytes, sub-pixels, sentences). BLEU adds sacrebleu's ``signature`` and
-    the ``decoding`` settings.
+    the ``decoding`` settings; ``copy_gain`` the copy probe's settings ``probe`` (:data:`METRICS`).
     """
 
     name: str
@@ -217,6 +249,7 @@ class Metric:
     date: str | None = None
     signature: str | None = None
     decoding: dict[str, Any] | None = None
+    probe: dict[str, int] | None = None
 
     @property
     def kind(self) -> MetricKind:
@@ -229,8 +262,16 @@ class Metric:
 
     @property
     def measured_on(self) -> str:
-        """``"all images"`` or ``"first 16 windows"``."""
-        return self.kind.measured_on(self.windows)
+        """``"all images"``, ``"first 16 windows"``, or a copy gain's ``"32 trials of the copy
+        probe at d = 1,024, span 32, cue 8, seed 0"``."""
+        text = self.kind.measured_on(self.windows)
+        if self.probe:
+            p = self.probe
+            text += (
+                f" of the copy probe at d = {p['distance']:,}, span {p['span']}, cue {p['cue']}, "
+                f"seed {p['seed']}"
+            )
+        return text
 
     @property
     def label(self) -> str:

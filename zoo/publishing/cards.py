@@ -3,7 +3,8 @@
 :func:`model_card` renders a card from the checkpoint's config, measured metrics and training facts:
 Hub metadata (library, tags, datasets, the metrics in the model-index format, where a slice of a
 split is named as a slice), then a usage snippet for the task, the results, the attention structure,
-the optional curves, samples and benchmark, the training facts, the lineage and the config.
+the optional curves (by position, by context length, the copy probe's retrieval by distance),
+samples and benchmark, the training facts, the lineage and the config.
 :func:`structure_of` is the registry's ``structure`` of a saved model.
 """
 
@@ -147,6 +148,9 @@ def model_card(
     by_context: str | None = None,
     by_context_plot: str | None = None,
     by_context_command: str | None = None,
+    copy_probe: str | None = None,
+    copy_probe_plot: str | None = None,
+    copy_probe_command: str | None = None,
     samples: list[str] = (),
     bench: str | None = None,
     bench_plot: str | None = None,
@@ -159,9 +163,11 @@ def model_card(
     ``by_position_plot`` (the PNG's path relative to the card) add a section on bits per byte by
     position; ``by_context`` and ``by_context_plot`` (``by_context.md`` and its PNG) a section on
     bits per byte of the same bytes by context length, measured with ``by_context_command``;
-    ``samples`` (PNG paths relative to the card) a section of samples; ``bench`` (the text of
-    ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on time and memory by sequence
-    length.
+    ``copy_probe`` and ``copy_probe_plot`` (``copy_probe.md`` and its PNG) a section on retrieval
+    at a distance, measured with ``copy_probe_command``, naming the registered ``copy_gain`` of
+    ``metrics`` if there is one; ``samples`` (PNG paths relative to the card) a section of
+    samples; ``bench`` (the text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on
+    time and memory by sequence length.
     """
     from zoo.registry import get_preset
 
@@ -189,7 +195,7 @@ def model_card(
                 dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
                 dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
                 metric_type=m.name,
-                metric_name=f"{m.kind.unit} ({', '.join(filter(None, (m.measured_on, m.search_text)))})",
+                metric_name=f"{m.kind.heading} ({', '.join(filter(None, (m.measured_on, m.search_text)))})",
                 metric_config=m.signature,
                 metric_value=m.value,
             )
@@ -197,7 +203,7 @@ def model_card(
         ],
     )
     results = "\n".join(
-        f"| {m.kind.unit} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
+        f"| {m.kind.heading} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
         f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
         f"| {m.precision} "
         f"| {m.decoding_text} | {m.hardware or 'unknown'} |"
@@ -210,12 +216,13 @@ def model_card(
                                                                 if m.signature})
     )  # fmt: skip
     direction = ", ".join(
-        f"{m.kind.unit}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
+        f"{m.kind.heading}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
         for m in {m.name: m for m in metrics}.values()
     )
     curve = _by_position_section(name, by_position, by_position_plot) + _by_context_section(
         by_context_command or f"zoo evaluate {name} --by-context", by_context, by_context_plot
-    )
+    ) + _copy_probe_section(name, copy_probe_command or f"zoo evaluate {name} --probe copy",
+                            copy_probe, copy_probe_plot, metrics)  # fmt: skip
     structure = _structure_section(structure_of(config, facts))
     pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
     cfg = config["config"]
@@ -403,9 +410,12 @@ def _samples_section(name: str, samples: list[str]) -> str:
 def _stage_source(stage: dict[str, Any]) -> str:
     """What trained one stage (``training.json``'s ``stages``): its recipe, or its run directory
     (an earlier stage named by ``init_from``)."""
+    from zoo.lineage import checkpoint_name
+
     if stage.get("recipe"):
         return f"`{stage['recipe']}`"
-    return f"the run `{stage.get('run', '?')}`"
+    run = checkpoint_name(stage.get("run")) or "?"  # a packaged recipe's run: the recipe
+    return f"`{run}`" if run.endswith((".yaml", ".yml")) else f"the run `{run}`"
 
 
 def _training_windows(
@@ -462,6 +472,28 @@ def _by_context_section(command: str, table: str | None, plot: str | None) -> st
         table,
         plot,
     )
+
+
+def _copy_probe_section(
+    name: str, command: str, table: str | None, plot: str | None, metrics: list[Metric]
+) -> str:
+    registered = next((m for m in metrics if m.name == "copy_gain" and m.probe), None)
+    lead = (
+        "Does the model copy from far back in its context? A span of random lowercase letters is "
+        "written at the end of a window of held-out text and again d bytes earlier. The gain is "
+        "how many bits per byte below the control (the same window without the first copy) the "
+        "model scores the span's bytes after the cue: about 0 means it does not copy from that far "
+        f"back, a model that copies saves nearly all of the control. Measured with `{command}` "
+        "(`copy_probe.json` has every trial's bits and window)."
+    )
+    if registered is not None:
+        lead += (
+            f" The registered `copy_gain` (Results) is the gain at d = "
+            f"{registered.probe['distance']:,}; `zoo evaluate {name} --registered --metric "
+            "copy_gain` re-measures it."
+        )
+    return _curve_section("Retrieval at a distance (copy probe)", lead,
+                          "retrieval gain by distance (copy probe)", table, plot)  # fmt: skip
 
 
 def _curve_section(heading: str, lead: str, alt: str, table: str | None, plot: str | None) -> str:

@@ -9,9 +9,9 @@ zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] 
              [--out-dir DIR] [--name N]
 zoo evaluate SOURCE --probe copy [--text-file F] [--span 32] [--cue 8] [--trials 32]
              [--distances D ...] [--seed 0] [--out-dir DIR] [--name N]
-zoo evaluate NAME --registered             # re-measure every registered metric
+zoo evaluate NAME --registered [--metric M ...]  # re-measure every registered metric (or M's)
 zoo export RUN --name NAME --recipe YAML --results results.json [--register] [--by-position DIR]
-           [--by-context DIR] [--samples PNG] [--bench DIR]
+           [--by-context DIR] [--copy-probe DIR] [--samples PNG] [--bench DIR]
 zoo push FOLDER_OR_RUN --repo-id NS/NAME [--update-registry]
 """
 
@@ -307,6 +307,7 @@ def pull_main(args: list[str]) -> None:
 
 def evaluate_main(args: list[str]) -> None:
     from zoo.callbacks import quiet_lightning_warnings
+    from zoo.hub.registry import METRICS
 
     parser = argparse.ArgumentParser(
         prog="zoo evaluate",
@@ -341,6 +342,10 @@ def evaluate_main(args: list[str]) -> None:
     )
     parser.add_argument("--tolerance", type=float, help="--registered: the largest difference "
                         "allowed (default per metric: 0.002 bits, 0.05 BLEU or perplexity)")  # fmt: skip
+    parser.add_argument("--metric", nargs="+", choices=sorted(METRICS), metavar="M",
+                        help="--registered: re-measure only the registered metrics of these "
+                        f"names ({', '.join(sorted(METRICS))}), e.g. copy_gain, which takes "
+                        "seconds to minutes where a whole split's bits/byte can take hours")  # fmt: skip
     by = parser.add_argument_group("bits per byte by position in the window")
     by.add_argument("--by-position", action="store_true",
                     help="bits per byte by position of the predicted byte in its window: a table, "
@@ -384,6 +389,8 @@ def evaluate_main(args: list[str]) -> None:
                        "from 16 that fit)")  # fmt: skip
     probe.add_argument("--seed", type=int, help="seed of the windows and spans (default 0)")
     ns = parser.parse_args(args)
+    if ns.metric and not ns.registered:
+        parser.error("--metric goes with --registered")
     by_context = ns.by_context is not None
     probe_flags = (ns.text_file, ns.span, ns.cue, ns.trials, ns.distances, ns.seed)
     if ns.probe and (ns.by_position or by_context or ns.registered or ns.out
@@ -455,7 +462,7 @@ def _one_line_warnings(prog: str):
 
 def _evaluate(ns: argparse.Namespace) -> None:
     """``zoo evaluate`` once its arguments are checked: measure, compare or profile ``ns.source``."""
-    from zoo.evaluation import evaluate, save_metric
+    from zoo.evaluation import evaluate, remeasure, save_metric
     from zoo.hub import load_registry
 
     by_context = ns.by_context is not None
@@ -489,14 +496,16 @@ def _evaluate(ns: argparse.Namespace) -> None:
             print(f"recorded in {ns.out}")
         return
     entry = load_registry().get(ns.source)
+    chosen = [m for m in entry.metrics if not ns.metric or m.name in ns.metric]
+    if not chosen:
+        sys.exit(f"zoo evaluate: {entry.name} registers no {' or '.join(ns.metric)} metric "
+                 f"(it has {', '.join(sorted({m.name for m in entry.metrics}))})")  # fmt: skip
     table = Table(title=f"{entry.name}: registered vs measured")
     for col in ("metric", "measured on", "precision", "registered", "measured", "difference"):
         table.add_column(col, justify="left" if col in ("metric", "measured on") else "right")
     failed = []
-    for reg in entry.metrics:
-        m = evaluate(entry.name, dataset=reg.dataset, split=reg.split, windows=reg.windows,
-                     precision=reg.precision, decoding=reg.decoding,
-                     data_dir=ns.data_dir)  # fmt: skip
+    for reg in chosen:
+        m = remeasure(entry.name, reg, data_dir=ns.data_dir)
         diff = m.value - reg.value
         tolerance = reg.kind.tolerance if ns.tolerance is None else ns.tolerance
         same_data = not reg.targets or m.targets == reg.targets
@@ -506,10 +515,11 @@ def _evaluate(ns: argparse.Namespace) -> None:
                           f"on {reg.targets:,}: the data differs from what was registered (an "
                           "empty or changed file?)")  # fmt: skip
         elif not ok:
-            failed.append(f"{reg.label}: {diff:+.4f} {reg.kind.unit} (tolerance {tolerance})")
+            failed.append(f"{reg.name} on {reg.label}: {diff:+.4f} {reg.kind.unit} (tolerance "
+                          f"{tolerance})")  # fmt: skip
         style = "green" if ok else "bold red"
         label = f"{reg.label}, {reg.search_text}" if reg.search_text else reg.label
-        table.add_row(reg.kind.unit, label, reg.precision, reg.format(), m.format(),
+        table.add_row(reg.kind.heading, label, reg.precision, reg.format(), m.format(),
                       f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
     _console().print(table)
     if failed:
@@ -671,6 +681,8 @@ def export_main(args: list[str]) -> None:
                         "--by-position` (by_position.md/.json/.png): published, in the card")  # fmt: skip
     parser.add_argument("--by-context", metavar="DIR", help="the folder of `zoo evaluate RUN "
                         "--by-context` (by_context.md/.json/.png): published, in the card")  # fmt: skip
+    parser.add_argument("--copy-probe", metavar="DIR", help="the folder of `zoo evaluate RUN "
+                        "--probe copy` (copy_probe.md/.json/.png): published, in the card")  # fmt: skip
     parser.add_argument("--samples", metavar="PNG", help="an image model's `zoo sample --out PNG` "
                         "grid (and its _completions.png): published, in the card")  # fmt: skip
     parser.add_argument("--bench", metavar="DIR", help="the folder of `zoo bench NAME --out-dir "
@@ -691,6 +703,7 @@ def export_main(args: list[str]) -> None:
         repo_id=ns.repo_id,
         by_position=ns.by_position,
         by_context=ns.by_context,
+        copy_probe=ns.copy_probe,
         samples=ns.samples,
         bench=ns.bench,
     )

@@ -9,8 +9,9 @@ The folder (``zoo export``) holds exactly what is pushed and shipped under ``che
 - ``training.json``: optimizer steps, tokens, wall time, hardware, precision, optimisation and data
   settings and the lineage (:mod:`zoo.lineage`), read from the Lightning checkpoint (the
   :class:`~zoo.callbacks.TrainingSummary` state),
-- optionally ``by_position.*`` (bits per byte by position), ``samples*.png`` (image models) and
-  ``bench.*`` (``zoo bench``), each shown in the card.
+- optionally ``by_position.*`` (bits per byte by position), ``by_context.*`` (by context
+  length), ``copy_probe.*`` (the copy probe's retrieval by distance, byte-level LMs),
+  ``samples*.png`` (image models) and ``bench.*`` (``zoo bench``), each shown in the card.
 
 Published files name checkpoints, not folders of the machine that trained them: the parent
 (``init_from``) is written as :func:`zoo.lineage.checkpoint_name` gives it, and the card calls
@@ -65,6 +66,9 @@ PUBLISHED_FILES = (
     "by_context.md",  # optional: bits per byte of the same bytes by context length (zoo evaluate
     "by_context.json",  # --by-context), shown in the model card
     "by_context.png",
+    "copy_probe.md",  # optional: retrieval gain by distance of a planted span (zoo evaluate
+    "copy_probe.json",  # --probe copy, zoo.probes), shown in the model card
+    "copy_probe.png",
     "samples.png",  # optional: image models' samples and completions (zoo sample), in the card
     "samples_completions.png",
     "bench.md",  # optional: time and memory by sequence length on one machine (zoo bench),
@@ -294,6 +298,7 @@ def export_run(
     repo_id: str | None = None,
     by_position: str | os.PathLike | None = None,
     by_context: str | os.PathLike | None = None,
+    copy_probe: str | os.PathLike | None = None,
     samples: str | os.PathLike | None = None,
     bench: str | os.PathLike | None = None,
 ) -> Path:
@@ -315,6 +320,8 @@ def export_run(
             the curve and table whenever ``out_dir`` has these files.
         by_context: a folder from ``zoo evaluate --by-context`` (``--out-dir``): its
             ``by_context.md`` / ``.json`` / ``.png`` are copied likewise and shown in the card.
+        copy_probe: a folder from ``zoo evaluate --probe copy`` (``--out-dir``): its
+            ``copy_probe.md`` / ``.json`` / ``.png`` are copied likewise and shown in the card.
         samples: an image model's sample grid from ``zoo sample --out PNG``: copied as
             ``samples.png``, with its ``<stem>_completions.png`` beside it when there is one.
         bench: a folder from ``zoo bench NAME --out-dir DIR``: its ``bench.md`` / ``.json`` /
@@ -324,12 +331,14 @@ def export_run(
 
     Raises:
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
-        ``training.json``, ``by_position`` or ``by_context`` holds none of its files, or
+        ``training.json``, ``by_position``, ``by_context`` or ``copy_probe`` holds none of its
+        files, or
         ``bench`` has no ``bench.md``; ChecksumError: the saved
         model does not match its manifest; ConfigError: no recipe file.
     """
     from zoo.by_context import BY_CONTEXT_FILES, load_context_profile
     from zoo.evaluation import BY_POSITION_FILES, find_checkpoint, load_task
+    from zoo.probes import COPY_PROBE_FILES, load_copy_probe
 
     saved = Path(source)
     ckpt_path = find_checkpoint(source)
@@ -392,6 +401,10 @@ def export_run(
         _copy_measured(by_context, BY_CONTEXT_FILES, BY_CONTEXT_FILES, out,
                        f"zoo evaluate {source} --by-context --out-dir {by_context}")  # fmt: skip
         _warn_local_source(out, "by_context", name)
+    if copy_probe is not None:
+        _copy_measured(copy_probe, COPY_PROBE_FILES, COPY_PROBE_FILES, out,
+                       f"zoo evaluate {source} --probe copy --out-dir {copy_probe}")  # fmt: skip
+        _warn_local_source(out, "copy_probe", name, flag="--probe copy")
     if samples is not None:
         grid = Path(samples)
         if not grid.is_file():
@@ -421,6 +434,11 @@ def export_run(
         by_context_command=(
             load_context_profile(out).command(name) if (out / "by_context.json").is_file() else None
         ),  # fmt: skip
+        copy_probe=_named(out / "copy_probe.md", _profile_source(out, "copy_probe"), name),
+        copy_probe_plot="copy_probe.png" if (out / "copy_probe.png").is_file() else None,
+        copy_probe_command=(
+            load_copy_probe(out).command(name) if (out / "copy_probe.json").is_file() else None
+        ),  # fmt: skip
         samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
         bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
@@ -446,9 +464,10 @@ def _named(md: Path, source: str | None, name: str) -> str | None:
     return text.replace(f"`{source}`", f"`{name}`") if source and source != name else text
 
 
-def _warn_local_source(out: Path, stem: str, name: str) -> None:
+def _warn_local_source(out: Path, stem: str, name: str, flag: str | None = None) -> None:
     """Warn when the profile copied to ``out/<stem>.*`` calls the model by a local path: those
-    files are published as measured (the card names ``name``)."""
+    files are published as measured (the card names ``name``). ``flag``: the ``zoo evaluate``
+    option that measures it (default ``--<stem>``, dashed)."""
     from zoo.pretrained import explicit_path
 
     source = _profile_source(out, stem)
@@ -456,8 +475,8 @@ def _warn_local_source(out: Path, stem: str, name: str) -> None:
         return
     warnings.warn(
         f"{stem}.json/.md/.png call the model {source!r}, a local path, and are published as "
-        f"measured (the card says {name}): measure with `zoo evaluate {source} --{stem.replace('_', '-')} "
-        f"--name {name}` to name the checkpoint in them too",
+        f"measured (the card says {name}): measure with `zoo evaluate {source} "
+        f"{flag or '--' + stem.replace('_', '-')} --name {name}` to name the checkpoint in them too",
         stacklevel=3,
     )
 
