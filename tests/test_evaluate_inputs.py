@@ -110,3 +110,34 @@ def test_every_book_empty_is_a_one_line_error(model, tmp_path, capsys):
         "hold 0 bytes; restore the files, or point --data-dir (data_dir=) at a complete copy of "
         "the data set"
     ]
+
+
+def test_a_text_file_is_measured_on_its_last_five_percent(model, tmp_path, capsys):
+    """`--text-file`: bits per byte on a book outside the data sets (split 90/5/5 % in order)."""
+    import gzip
+
+    from fakes import word_salad
+
+    text = word_salad(4000, seed=1)
+    book = tmp_path / "book.txt.gz"
+    book.write_bytes(gzip.compress(text))
+    m = evaluate(model, text_file=book, progress=False)
+    assert (m.dataset, m.split) == ("book.txt.gz", "test")
+    assert m.targets == len(text) - int(len(text) * 0.95) - 1  # the last 5 %, first byte unscored
+    v = evaluate(model, text_file=str(book), split="valid", progress=False)
+    assert v.targets == int(len(text) * 0.95) - int(len(text) * 0.90) - 1
+    assert v.value != m.value
+    code, out, _ = run_zoo(capsys, "evaluate", model, "--text-file", str(book))
+    assert code == 0 and f"{m.value:.4f}" in out and "book.txt.gz" in out
+
+
+def test_a_missing_text_file_or_a_data_set_too_is_one_line(model, tmp_path, capsys):
+    with pytest.raises(DataNotFoundError, match=r"text file '.*nope\.txt' not found"):
+        evaluate(model, text_file=tmp_path / "nope.txt", progress=False)
+    book = tmp_path / "book.txt"
+    book.write_bytes(b"x" * 400)
+    with pytest.raises(ConfigError, match="give a data set \\(tinyshakespeare\\) or a text file"):
+        evaluate(model, dataset="tinyshakespeare", text_file=book, progress=False)
+    code, _, err = run_zoo(capsys, "evaluate", model, "--text-file", str(tmp_path / "nope.txt"))
+    assert code != 0 and "not found" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zoo.callbacks import quiet_lightning_warnings
-from zoo.errors import ZooError
+from zoo.errors import ZooError, ZooWarning
 
 __all__ = ["ZooCLI", "main"]
 
@@ -712,7 +713,8 @@ def main(argv: list[str] | None = None) -> None:
     from zoo.callbacks import resume_hint
 
     try:
-        _main(list(sys.argv[1:] if argv is None else argv))
+        with _one_line_zoo_warnings():
+            _main(list(sys.argv[1:] if argv is None else argv))
     except SIGTERMException:  # a SystemExit with status 0: the run did not finish
         print(f"zoo: stopped by SIGTERM; {resume_hint()}", file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)
@@ -730,6 +732,26 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"zoo: error: {cause}", file=sys.stderr)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def _one_line_zoo_warnings():
+    """Show the zoo's own warnings (:class:`~zoo.errors.ZooWarning`: a retired checkpoint) as one
+    line each on stderr, ``zoo: warning: MESSAGE``; others as Python shows them. Python's filters
+    still apply first, so a warning repeated from the same line shows once."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ZooWarning):
+            print(f"zoo: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 COMMANDS = {  # command -> (module, function taking the remaining arguments), imported when run

@@ -1,7 +1,8 @@
-"""Exceptions raised by the zoo.
+"""Exceptions raised by the zoo, and the warnings the ``zoo`` command shows in one line.
 
 Each error says what was wrong and how to fix it; they subclass the built-in exception a caller would
 expect (``ValueError``, ``KeyError``, ``FileNotFoundError``) so ordinary ``except`` clauses still work.
+A :class:`ZooWarning` is a ``UserWarning`` that ``zoo`` prints as ``zoo: warning: MESSAGE``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ __all__ = [
     "DataNotFoundError",
     "HubError",
     "RegistryError",
+    "RetiredCheckpointWarning",
     "SequenceTooLongError",
     "UnknownModelError",
     "ZooError",
+    "ZooWarning",
 ]
 
 
@@ -75,3 +78,13 @@ class RegistryError(ConfigError):
 
 class HubError(ZooError, RuntimeError):
     """The Hugging Face Hub refused a request, or could not be reached and nothing is cached."""
+
+
+class ZooWarning(UserWarning):
+    """Base of the zoo's own warnings: the CLI prints their message as one line,
+    ``zoo: warning: ...``, instead of Python's file, line and source."""
+
+
+class RetiredCheckpointWarning(ZooWarning):
+    """A retired published checkpoint was loaded (``checkpoints.yaml``: its ``retired`` field
+    gives the reason and the checkpoint to use instead)."""

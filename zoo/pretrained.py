@@ -391,6 +391,9 @@ def from_pretrained(
         cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
         force_download: download again even if the files are cached or shipped.
 
+    A retired published checkpoint loads as before, with one
+    :class:`~zoo.errors.RetiredCheckpointWarning` naming the checkpoint to use instead.
+
     Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``, and
     other folders against their ``manifest.json`` (a folder without one loads with an
     :class:`UnverifiedWeightsWarning`);
@@ -420,11 +423,12 @@ def from_pretrained(
             )
         directory, entry = local, None
     else:
-        from zoo.hub.download import resolve
+        from zoo.hub.download import resolve, warn_if_retired
 
         directory, entry = resolve(
             name_or_path, revision, cache_dir=cache_dir, force_download=force_download
         )
+        warn_if_retired(entry, stacklevel=2)  # at from_pretrained's caller
     unverified = entry is None and not verify_manifest(directory)  # published: checkpoints.yaml
     if unverified and (directory / CONFIG_NAME).is_file():
         warnings.warn(

@@ -24,6 +24,12 @@ def entries(monkeypatch):
     return list(load_registry(REPO / "checkpoints.yaml").entries.values())
 
 
+@pytest.fixture
+def active(entries):
+    """Those `zoo list` shows without --all (the retired ones are hidden)."""
+    return [e for e in entries if e.retired is None]
+
+
 def zoo_list(capsys, monkeypatch, columns: int, *args: str) -> str:
     monkeypatch.setenv("COLUMNS", str(columns))  # rich's Console takes its width from it
     capsys.readouterr()
@@ -32,12 +38,14 @@ def zoo_list(capsys, monkeypatch, columns: int, *args: str) -> str:
 
 
 @pytest.mark.parametrize("columns", [80, 120])
-def test_the_narrow_view_reads_whole_at_80_and_120_columns(entries, capsys, monkeypatch, columns):
-    out = zoo_list(capsys, monkeypatch, columns)
+@pytest.mark.parametrize("flags", [[], ["--all"]])
+def test_the_narrow_view_reads_whole_at_80_and_120_columns(entries, active, capsys, monkeypatch,
+                                                           columns, flags):  # fmt: skip
+    out = zoo_list(capsys, monkeypatch, columns, *flags)
     lines = out.splitlines()
     assert "…" not in out and max(len(line) for line in lines) <= columns
     assert "weights from" not in out and "zoo list --wide" in out
-    for e in entries:  # one line per checkpoint holding each of its cells whole
+    for e in entries if flags else active:  # one line per checkpoint holding each cell whole
         (row,) = [line for line in lines if line.startswith(e.name + " ")]
         cells = row.split()
         assert cells[0] == e.name and cells[1:3] == [_family(e.model_type),
@@ -48,7 +56,7 @@ def test_the_narrow_view_reads_whole_at_80_and_120_columns(entries, capsys, monk
 
 
 def test_every_column_when_they_fit_or_with_wide(entries, capsys, monkeypatch):
-    wide = zoo_list(capsys, monkeypatch, 250)
+    wide = zoo_list(capsys, monkeypatch, 250, "--all")
     assert "weights from" in wide and "repository copy" in wide and "…" not in wide
     assert "./runs/" not in wide and "./checkpoints/" not in wide  # parents are named
     assert "recipes/sparse_transformer/pg19mini_fixed_v3_8heads.yaml" in wide

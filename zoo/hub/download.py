@@ -12,6 +12,8 @@ For a registry name, every file is checked against the sha256 of ``checkpoints.y
 
 A Hub repo id that is not in the registry is downloaded with ``snapshot_download`` and not verified
 (there is nothing to verify against). The Hub endpoint is read from ``HF_ENDPOINT`` at call time.
+A retired entry loads like any other, with one :class:`~zoo.errors.RetiredCheckpointWarning` per
+load or pull (:func:`warn_if_retired`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from zoo.errors import ChecksumError, ConfigError, HubError, UnknownModelError
+from zoo.errors import (
+    ChecksumError,
+    ConfigError,
+    HubError,
+    RetiredCheckpointWarning,
+    UnknownModelError,
+)
 from zoo.hub.registry import CheckpointEntry, Registry, load_registry
 from zoo.pretrained import explicit_path, sha256_file
 
@@ -47,6 +55,7 @@ __all__ = [
     "pull",
     "resolve",
     "sha256_file",
+    "warn_if_retired",
     "weights_source",
 ]
 
@@ -59,6 +68,19 @@ OPTIONAL_FILES = ("tokenizer.json", "manifest.json", "golden.json")
 def load_files(entry: CheckpointEntry) -> tuple[str, ...]:
     """The files of ``entry`` that ``from_pretrained`` reads."""
     return LOAD_FILES + tuple(f for f in OPTIONAL_FILES if f in entry.files)
+
+
+def warn_if_retired(entry: CheckpointEntry | None, stacklevel: int = 2) -> None:
+    """Warn in one line, ``NAME is retired (reason); use OTHER``, when ``entry`` is retired.
+
+    Called once per :func:`zoo.from_pretrained` of a registry name and once per :func:`pull`, not
+    by :func:`resolve` (commands that resolve a name again for its other files would repeat it).
+    ``stacklevel`` counts from the caller of this function, as :func:`warnings.warn`'s does.
+    """
+    if entry is not None and entry.retired is not None:
+        warnings.warn(
+            entry.retired.message(entry.name), RetiredCheckpointWarning, stacklevel=stacklevel + 1
+        )
 
 
 def endpoint() -> str | None:
@@ -314,6 +336,7 @@ def pull(
     """
     registry = registry or load_registry()
     entry = registry.get(name)
+    warn_if_retired(entry)
     return fetch(
         entry,
         tuple(entry.files),

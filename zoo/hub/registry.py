@@ -11,10 +11,15 @@ The file is validated against :data:`SCHEMA` (JSON Schema, with ``jsonschema``) 
 entry raises :class:`~zoo.errors.RegistryError` naming the entry, the key and what is wrong.
 ``ZOO_CHECKPOINTS`` points the zoo at another registry file (tests, forks); the shipped copies of an
 entry's files live beside the file, in ``checkpoints/<name>/``.
+
+An entry may be ``retired`` (:class:`Retirement`: a one-line reason, the published checkpoint to use
+instead, the date): it stays loadable, with a :class:`~zoo.errors.RetiredCheckpointWarning`, and
+``zoo list`` hides it unless asked (``--all``). Deleting the field reinstates it.
 """
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import importlib.resources
 import os
@@ -36,6 +41,7 @@ __all__ = [
     "Metric",
     "MetricKind",
     "Registry",
+    "Retirement",
     "context_filter",
     "list_pretrained",
     "load_registry",
@@ -151,6 +157,17 @@ _STRUCTURE = {  # the attention structure: the config's structure() and the trai
     },
 }
 
+_RETIRED = {  # a checkpoint kept loadable but no longer recommended (Retirement)
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["reason", "use_instead", "date"],
+    "properties": {
+        "reason": {"type": "string", "pattern": r"^[^\n]+$"},  # one line, shown in the warning
+        "use_instead": {"type": "string", "pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},  # a name here
+        "date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},  # ISO, quoted in YAML
+    },
+}
+
 TASKS: dict[str, str] = {  # task -> its headline metric
     "causal_lm": "bits_per_byte",  # zoo.tasks.CausalLM on a byte-level text data set
     "image_lm": "bits_per_dim",  # zoo.tasks.ImageLM on an image data set
@@ -220,6 +237,7 @@ SCHEMA: dict[str, Any] = {
                     "metrics": {"type": "array", "minItems": 1, "items": _METRIC},
                     "training": {"type": "object"},
                     "structure": _STRUCTURE,
+                    "retired": _RETIRED,
                 },
             },
         },
@@ -300,6 +318,28 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Retirement:
+    """Why a published checkpoint is retired, and what to use instead.
+
+    A retired checkpoint keeps its files and sha256: :func:`zoo.from_pretrained` and ``zoo pull``
+    still load it, with a :class:`~zoo.errors.RetiredCheckpointWarning` (:attr:`message`), and
+    ``zoo list`` shows it only with ``--all``. ``use_instead`` is an active checkpoint of the
+    same registry (checked on load).
+    """
+
+    reason: str  # one line: "loses to X on pg19mini test (1.803 against 1.790 bits/byte)"
+    use_instead: str  # a registered name that is not retired itself
+    date: str  # ISO date of the retirement, "2026-11-28"
+
+    def message(self, name: str) -> str:
+        """The warning's text: ``"NAME is retired (reason); use OTHER"``."""
+        return f"{name} is retired ({self.reason}); use {self.use_instead}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "use_instead": self.use_instead, "date": self.date}
+
+
+@dataclass(frozen=True)
 class CheckpointEntry:
     """One published checkpoint of ``checkpoints.yaml`` (see the module docstring)."""
 
@@ -322,6 +362,7 @@ class CheckpointEntry:
     ``config`` by the tests) plus ``trained_context``, the longest training window: ``pattern``
     and its parameters, ``context``, ``position``, and ``causal`` (False when evaluation looks
     ahead, as top-w routing does)."""
+    retired: Retirement | None = None  # None: active
 
     @property
     def headline(self) -> Metric:
@@ -360,9 +401,11 @@ class CheckpointEntry:
             metrics=tuple(Metric(**m) for m in d["metrics"]),
             training=dict(d["training"]),
             structure=dict(d["structure"]),
+            retired=Retirement(**d["retired"]) if d.get("retired") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
+        retired = {"retired": self.retired.to_dict()} if self.retired is not None else {}
         return {
             "model": self.model,
             "model_type": self.model_type,
@@ -370,6 +413,7 @@ class CheckpointEntry:
             "parameters": self.parameters,
             "dataset": self.dataset,
             "description": self.description,
+            **retired,  # beside the description: what a reader of the entry sees first
             "recipe": self.recipe,
             "hub": {"repo_id": self.repo_id, "revision": self.revision},
             "files": self.files,
@@ -434,6 +478,7 @@ class Registry:
             "checkpoints": {name: e.to_dict() for name, e in self.entries.items()},
         }
         validate(data, self.path)
+        _check_retirements(self.entries, self.path)
         text = HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
         tmp = self.path.with_suffix(".yaml.tmp")
         tmp.write_text(text)
@@ -466,6 +511,40 @@ def validate(data: Any, path: Path) -> None:
         )
 
 
+def _check_retirements(entries: dict[str, CheckpointEntry], path: Path) -> None:
+    """What the schema cannot check: each retirement's date is a real date and its
+    ``use_instead`` names an entry of the same registry that is not retired itself.
+
+    Raises:
+        RegistryError: naming the entry's key and what is wrong.
+    """
+    problems = []
+    for name, e in entries.items():
+        if e.retired is None:
+            continue
+        where = f"checkpoints.{name}.retired"
+        try:
+            datetime.date.fromisoformat(e.retired.date)
+        except ValueError:
+            problems.append(f"{where}.date: {e.retired.date!r} is not a date (YYYY-MM-DD)")
+        other = entries.get(e.retired.use_instead)
+        if other is None:
+            problems.append(
+                f"{where}.use_instead: {e.retired.use_instead!r} is not in this registry."
+                + suggest(e.retired.use_instead, set(entries))
+            )
+        elif other.retired is not None:
+            problems.append(
+                f"{where}.use_instead: {other.name} is retired itself (use_instead: "
+                f"{other.retired.use_instead}); name an active checkpoint"
+            )
+    if problems:
+        raise RegistryError(
+            f"{path} fails validation ({len(problems)} problem(s)):\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
+
+
 def load_registry(path: str | os.PathLike | None = None) -> Registry:
     """Read and validate the registry (default: :func:`registry_path`).
 
@@ -485,6 +564,7 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
         raise RegistryError(f"{path} is not valid YAML: {e}") from None
     validate(data, path)
     entries = {n: CheckpointEntry.from_dict(n, d) for n, d in data["checkpoints"].items()}
+    _check_retirements(entries, path)
     return Registry(path, entries)
 
 

@@ -1,9 +1,10 @@
 """The checkpoint commands of ``zoo``: list, pull, evaluate, export, push.
 
-zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--context '>=4096']
+zoo list [PATTERN] [--task T] [--attention P] [--causal | --lookahead] [--context '>=4096'] [--all]
          [--wide | --markdown | --json | --write-readme]
 zoo pull NAME                              # download every file into the HF cache, verified
 zoo evaluate SOURCE [--split test] [--windows N] [--out results.json]
+zoo evaluate SOURCE --text-file BOOK [--split test]   # bits per byte on any text (its last 5 %)
 zoo evaluate SOURCE --by-position [--context N] [--bucket 64] [--stride S] [--out-dir DIR] [--name N]
 zoo evaluate SOURCE --by-context [C ...] [--target-len 256] [--block-spacing S] [--blocks N]
              [--out-dir DIR] [--name N]
@@ -85,14 +86,33 @@ def _whole(entry, split: str) -> str:
     )
 
 
-def markdown_table(entries) -> str:
-    """The README's table of published checkpoints (whole splits only: slices never show)."""
+RETIRED_MARK = "‡"
+RETIRED_DOCS = "docs/checkpoints.md#retired-checkpoints"
+
+
+def _test_cell(entry) -> str:
+    """The test column: :func:`_whole` of ``test``, with a ‡ when the checkpoint is retired."""
+    return _whole(entry, "test") + (f" {RETIRED_MARK}" if entry.retired is not None else "")
+
+
+def _hidden_line(hidden: int) -> str:
+    """The line under ``zoo list``'s table when retired checkpoints were left out."""
+    what = "checkpoint" if hidden == 1 else "checkpoints"
+    return f"{hidden} retired {what} hidden; zoo list --all shows them\n" if hidden else ""
+
+
+def markdown_table(entries, show_retired: bool = False) -> str:
+    """The README's table of published checkpoints (whole splits only: slices never show). Retired
+    checkpoints are one line under it, naming them and where to read why; ``show_retired`` gives
+    them rows instead, their test value marked ‡."""
+    rows = [e for e in entries if show_retired or e.retired is None]
+    retired = [e.name for e in entries if e.retired is not None]
     lines = [
         "| checkpoint | family | task | params | context | data | valid | test "
         "| trained on | recipe |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for e in entries:
+    for e in rows:
         t = e.training
         trained = (
             f"{t.get('tokens') or 0:,} tokens, {t.get('wall_time_s') or 0:,.0f} s, "
@@ -101,12 +121,19 @@ def markdown_table(entries) -> str:
         lines.append(
             f"| `{e.name}` | {e.model_type} | {e.task} | {e.parameters / 1e6:.2f}M | "
             f"{e.config.get('max_seq_len')} | {e.dataset} | {_whole(e, 'valid')} | "
-            f"{_whole(e, 'test')} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
+            f"{_test_cell(e)} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
         )
     from zoo.publishing.cards import CAVEATS
 
-    notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in entries}) if d in CAVEATS]
-    return "\n".join(lines + ([""] + notes if notes else []))
+    notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in rows}) if d in CAVEATS]
+    if retired and show_retired:
+        notes.append(f"{RETIRED_MARK} retired: still loadable, with a warning ([why, and what "
+                     f"replaces it]({RETIRED_DOCS})).")  # fmt: skip
+    elif retired:
+        names = ", ".join(f"`{n}`" for n in retired)
+        notes.append(f"Retired, still loadable with a warning ([why, and what replaces them]"
+                     f"({RETIRED_DOCS})): {names}.")  # fmt: skip
+    return "\n".join(lines + ([""] + ["\n\n".join(notes)] if notes else []))  # a paragraph each
 
 
 def _readme_with_table(readme: str, table: str) -> str:
@@ -143,6 +170,7 @@ def _list_record(e, registry) -> dict:
         "repo_id": e.repo_id,
         "revision": e.revision,
         "recipe": e.recipe,
+        "retired": e.retired.to_dict() if e.retired is not None else None,  # null: active
     }
 
 
@@ -151,6 +179,10 @@ def _wide_table(entries, records, title: str) -> Table:
     from zoo.publishing.cards import CAVEATS
 
     notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in entries}) if d in CAVEATS]
+    retired = [f"{e.name} (use {e.retired.use_instead})" for e in entries if e.retired is not None]
+    if retired:
+        notes.append(f"{RETIRED_MARK} retired, still loadable with a warning: "
+                     f"{', '.join(retired)}; docs/checkpoints.md says why.")  # fmt: skip
     table = Table(title=title, caption=" ".join(notes) or None)
     for col in ("name", "attention", "context", "params", "data", "test", "parent", "weights from"):
         right = col in ("params", "test", "context")
@@ -162,7 +194,7 @@ def _wide_table(entries, records, title: str) -> Table:
             f"{r['context'] or 0:,}",
             f"{e.parameters / 1e6:.2f}M",
             e.dataset,
-            _whole(e, "test"),
+            _test_cell(e),
             r["parent"] or "–",
             r["weights_from"],
         )
@@ -188,6 +220,8 @@ def _narrow_table(entries, title: str, short: bool = False) -> Table:
     caption = "bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
     caption += "".join(f"† {CAVEATS[d].split(':')[0]}. " for d in sorted({e.dataset for e in entries})
                        if d in CAVEATS)  # fmt: skip
+    if any(e.retired is not None for e in entries):
+        caption += f"{RETIRED_MARK} retired (docs/checkpoints.md). "
     table = Table(title=title, box=None, pad_edge=False, padding=(0, 0, 0, 1) if short else (0, 1),
                   header_style="bold underline",
                   caption=caption + "zoo list --wide: every column")  # fmt: skip
@@ -196,7 +230,7 @@ def _narrow_table(entries, title: str, short: bool = False) -> Table:
     for col in ("context", "params", "test"):
         table.add_column(col, justify="right", no_wrap=True)
     for e in entries:
-        test = _whole(e, "test")
+        test = _test_cell(e)
         if short:
             test = " ".join(SHORT_UNITS.get(w, w) for w in test.split(" "))
         table.add_row(
@@ -234,7 +268,7 @@ def _listing(entries, registry, console: Console, wide: bool) -> str:
             return _rendered(console, narrow)
     return "".join(
         f"{e.name}: {e.model_type}, context {e.structure.get('context', 0):,}, "
-        f"{e.parameters / 1e6:.2f}M parameters, test {_whole(e, 'test')}\n"
+        f"{e.parameters / 1e6:.2f}M parameters, test {_test_cell(e)}\n"
         for e in entries
     )
 
@@ -247,7 +281,8 @@ def list_main(args: list[str]) -> None:
         prog="zoo list",
         description="The published checkpoints. A terminal narrower than the full table gets the "
         "narrow view (name, family, context, parameters, test metric); --wide prints every "
-        "column, --markdown and --json are for scripts.",
+        "column, --markdown and --json are for scripts. Retired checkpoints (still loadable, with "
+        "a warning) show only with --all; --json lists them all, each with its 'retired' field.",
     )
     parser.add_argument("pattern", nargs="?", help="a glob over names, e.g. 'routing*'")
     parser.add_argument("--task", choices=sorted(TASKS))
@@ -259,6 +294,8 @@ def list_main(args: list[str]) -> None:
     causal.add_argument("--lookahead", action="store_const", const=False, dest="causal",
                         help="only models whose evaluation looks ahead (top-w routing)")  # fmt: skip
     parser.add_argument("--context", metavar="N", help="context length: N, '>=4096', '<1024', ...")
+    parser.add_argument("--all", action="store_true", help="also the retired checkpoints (their "
+                        f"test value marked {RETIRED_MARK}; docs/checkpoints.md)")  # fmt: skip
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--wide", action="store_true", help="every column, whatever the width")
     view.add_argument("--markdown", action="store_true", help="print the README's table")
@@ -268,8 +305,9 @@ def list_main(args: list[str]) -> None:
     ns = parser.parse_args(args)
     registry = load_registry()
     filters = (ns.pattern, ns.task, ns.attention, ns.causal, ns.context)
-    if ns.write_readme and any(f is not None for f in filters):
-        parser.error("--write-readme writes every checkpoint: no filters")
+    if ns.write_readme and (any(f is not None for f in filters) or ns.all):
+        parser.error("--write-readme writes the README's table of every checkpoint: no filters, "
+                     "no --all (it names the retired ones under the table)")  # fmt: skip
     try:
         entries = list_pretrained(ns.pattern, task=ns.task, attention=ns.attention,
                                   causal=ns.causal, context=ns.context)  # fmt: skip
@@ -280,13 +318,17 @@ def list_main(args: list[str]) -> None:
         path.write_text(_readme_with_table(path.read_text(), markdown_table(entries)))
         _emit(f"updated the checkpoint table of {path}\n")
     elif ns.markdown:
-        _emit(markdown_table(entries) + "\n")
-    elif ns.json:
+        _emit(markdown_table(entries, show_retired=ns.all) + "\n")
+    elif ns.json:  # every checkpoint, each with its "retired" field: scripts filter themselves
         _emit(json.dumps([_list_record(e, registry) for e in entries], indent=2) + "\n")
-    elif not entries:
-        _emit("no published checkpoint matches these filters\n")
     else:
-        _emit(_listing(entries, registry, _console(), ns.wide))
+        shown = [e for e in entries if ns.all or e.retired is None]
+        hidden = _hidden_line(len(entries) - len(shown))
+        if not shown:
+            active = "active published" if hidden else "published"
+            _emit(f"no {active} checkpoint matches these filters\n{hidden}")
+        else:
+            _emit(_listing(shown, registry, _console(), ns.wide) + hidden)
 
 
 def pull_main(args: list[str]) -> None:
@@ -379,8 +421,10 @@ def evaluate_main(args: list[str]) -> None:
                        "context and again d bytes earlier; bits per byte on its second copy after "
                        "the cue, against the same window without the first copy: copy_probe.md / "
                        ".json / .png in --out-dir (default copy_probe/<SOURCE>)")  # fmt: skip
-    probe.add_argument("--text-file", metavar="FILE", help="windows from this file (default: "
-                       "--split of the model's data set)")  # fmt: skip
+    probe.add_argument("--text-file", metavar="FILE", help="text from this file (.gz read as "
+                       "gzip) instead of the model's data set: with --probe its windows; without, "
+                       "bits per byte on its --split (split 90/5/5 %% in order: test is the last "
+                       "5 %%), e.g. a book no recipe trains on")  # fmt: skip
     probe.add_argument("--span", type=int, help="span length m in bytes (default 32)")
     probe.add_argument("--cue", type=int, help="bytes of the second copy not scored (default 8)")
     probe.add_argument("--trials", type=int, help="windows, at least 2 (default 32)")
@@ -392,7 +436,7 @@ def evaluate_main(args: list[str]) -> None:
     if ns.metric and not ns.registered:
         parser.error("--metric goes with --registered")
     by_context = ns.by_context is not None
-    probe_flags = (ns.text_file, ns.span, ns.cue, ns.trials, ns.distances, ns.seed)
+    probe_flags = (ns.span, ns.cue, ns.trials, ns.distances, ns.seed)
     if ns.probe and (ns.by_position or by_context or ns.registered or ns.out
                      or ns.precision != "32-true" or ns.windows is not None
                      or ns.first_bytes is not None or ns.context is not None
@@ -403,7 +447,13 @@ def evaluate_main(args: list[str]) -> None:
             "--windows or --first-bytes"
         )
     if not ns.probe and any(v is not None for v in probe_flags):
-        parser.error("--text-file, --span, --cue, --trials, --distances and --seed go with --probe")
+        parser.error("--span, --cue, --trials, --distances and --seed go with --probe")
+    if ns.text_file and not ns.probe and (ns.dataset or ns.registered or ns.by_position
+                                          or by_context):  # fmt: skip
+        parser.error(
+            "--text-file measures bits per byte on that file: not with --dataset, --registered, "
+            "--by-position or --by-context"
+        )
     if by_context and (ns.by_position or ns.registered or ns.out or ns.precision != "32-true"
                        or ns.windows is not None or ns.first_bytes is not None
                        or ns.context is not None or ns.stride is not None):  # fmt: skip
@@ -484,9 +534,11 @@ def _evaluate(ns: argparse.Namespace) -> None:
         slow = slow_precision_warning(ns.precision)
         if slow is not None:
             print(f"zoo evaluate: warning: {slow}", file=sys.stderr)
-        m = evaluate(ns.source, dataset=ns.dataset, split=ns.split, windows=ns.windows,
+        dataset = "text_file" if ns.text_file else ns.dataset
+        m = evaluate(ns.source, dataset=dataset, split=ns.split, windows=ns.windows,
                      first_bytes=ns.first_bytes, precision=ns.precision, decoding=decoding,
-                     batch_size=ns.batch_size, data_dir=ns.data_dir)  # fmt: skip
+                     batch_size=ns.batch_size, data_dir=ns.data_dir,
+                     text_file=ns.text_file)  # fmt: skip
         how = f", {m.decoding_text}" if m.decoding else ""
         print(f"{ns.source}: {m.format()} {m.kind.unit} on {m.label}, {m.precision}{how}")
         if m.signature:
