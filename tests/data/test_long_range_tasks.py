@@ -263,4 +263,4 @@ def test_zoo_fit_trains_on_the_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     assert r.seq_len == 256 and sum(r.items) == 16 and r.causal
     with pytest.raises(SystemExit) as e:
         main(["fit", "--config", RECIPE, "--data.init_args.max_distance=2000"])
-    assert e.value.code == 2 and "max_distance <= 1020" in capsys.readouterr().err
+    assert e.value.code == 2 and "max_distance <= 1022" in capsys.readouterr().err

@@ -1,0 +1,233 @@
+"""Equal-budget runs on multi-query associative recall: which attention retrieves from how far back
+(issue 53, item 3; docs/long_context.md §9).
+
+Every run is ``zoo fit`` on ``mqar_1024.yaml`` beside this file: the same model size (2 layers,
+d = 128, 4 heads, d_ff = 512, context 1,024, rotary positions), the same training examples (the
+same seed: steps x 8 sequences of 1,024 bytes), the same 256 test sequences; only the attention
+differs (``RUNS``).
+After each run the best checkpoint (lowest ``val/bpb``) is scored by
+:func:`zoo.data.task_accuracy_by_distance` on the test set. Each run writes ``result.json`` in its
+folder under ``--runs``; ``--report`` rebuilds the table (markdown, JSON, PNG under ``--out``) from
+the finished runs.
+
+    python experiments/long_range/equal_budget.py                      # every run, seed 0
+    python experiments/long_range/equal_budget.py --only routing_causal local_128 --seed 1
+    python experiments/long_range/equal_budget.py --report
+
+Runs go one after another with every core (tokens/s are those of one run on the machine; a run
+that shared the machine says so in its ``note``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+BASE = HERE / "mqar_1024.yaml"
+SIZE = {
+    "d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 512, "max_seq_len": 1024,
+    "position": "rotary",  # learned positions did not leave chance in 950 steps (docs §9)
+}  # fmt: skip
+# name: (preset, overrides, what the attention can reach)
+RUNS = {
+    "dense_1024": (
+        "routing_transformer_small_dense", {"n_local_heads": 4, "window": 1024},
+        "dense causal attention over the whole 1,024 bytes: the upper bound",
+    ),
+    "routing_causal": (
+        "routing_transformer_small_causal", {"n_local_heads": 2},
+        "2 local heads (window 128) + 2 causal content-routing heads (k = 32) per layer",
+    ),
+    "local_128": (
+        "routing_transformer_small_local", {"n_local_heads": 4},
+        "4 local heads (sliding window 128) per layer: reach 128 per layer",
+    ),
+    "strided": (
+        "sparse_transformer_small_strided", {},
+        "Sparse Transformer strided pattern, stride 64 (A1 the last 64, A2 every 64th)",
+    ),
+    "dense_256": (
+        "routing_transformer_small_local", {"n_local_heads": 4, "window": 256},
+        "dense causal attention cut to the last 256 positions (sliding window): the short control",
+    ),
+    "routing_random": (
+        "routing_transformer_small_random", {"n_local_heads": 2},
+        "2 local heads (window 128) + 2 heads routed to random clusters: the paper's ablation",
+    ),
+    "routing_topw": (
+        "routing_transformer_small", {"n_local_heads": 2},
+        "2 local heads (window 128) + 2 top-w content-routing heads (reads ahead: not causal)",
+    ),
+    "fixed": (
+        "sparse_transformer_small", {},
+        "Sparse Transformer fixed pattern, stride 128, c = 32, merged heads",
+    ),
+}  # fmt: skip
+
+
+def _train(name: str, seed: int, steps: int, runs: Path, note: str) -> dict:
+    preset, overrides, reach = RUNS[name]
+    folder = runs / f"{name}_s{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load(BASE.read_text())
+    config["seed_everything"] = seed
+    config["trainer"]["max_steps"] = steps
+    config["trainer"]["val_check_interval"] = min(steps, config["trainer"]["val_check_interval"])
+    config["trainer"]["default_root_dir"] = str(folder)
+    config["trainer"]["logger"] = {
+        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "init_args": {"save_dir": str(folder), "name": "logs"},
+    }
+    config["trainer"]["callbacks"] = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(folder / "checkpoints"), "filename": "best",
+                          "monitor": "val/bpb", "mode": "min", "save_last": True,
+                          "enable_version_counter": False},
+        }
+    ]  # fmt: skip
+    config["model"]["init_args"]["model"] = preset
+    config["model"]["init_args"]["model_config"] = {**SIZE, **overrides}
+    config["data"]["init_args"]["seed"] = seed
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    start = time.perf_counter()
+    with open(folder / "fit.log", "w") as log:
+        rc = subprocess.run(
+            [str(Path(sys.executable).with_name("zoo")), "fit", "--config", str(folder / "config.yaml")],
+            stdout=log, stderr=subprocess.STDOUT, check=False,
+        ).returncode  # fmt: skip
+    wall = time.perf_counter() - start
+    if rc != 0:
+        raise SystemExit(f"{name} (seed {seed}): zoo fit exited {rc}; see {folder / 'fit.log'}")
+    return _score(name, seed, steps, folder, wall, reach, note)
+
+
+def _score(name, seed, steps, folder, wall, reach, note) -> dict:
+    import torch
+
+    from zoo.data import LongRangeTaskDataModule, task_accuracy_by_distance
+    from zoo.tasks import CausalLM
+
+    ckpt = folder / "checkpoints" / "best.ckpt"
+    task = CausalLM.load_from_checkpoint(ckpt, map_location="cpu")
+    data = LongRangeTaskDataModule.load_from_checkpoint(ckpt)
+    acc = task_accuracy_by_distance(task.model, data, "test")
+    best = torch.load(ckpt, map_location="cpu", weights_only=False)
+    callback = next(v for k, v in best["callbacks"].items() if "ModelCheckpoint" in k)
+    tokens = steps * data.batch_size * acc.seq_len
+    result = {
+        "name": name,
+        "seed": seed,
+        "reach": reach,
+        "preset": RUNS[name][0],
+        "model_config": {**SIZE, **RUNS[name][1]},
+        "parameters": sum(p.numel() for p in task.model.parameters()),
+        "steps": steps,
+        "tokens": tokens,
+        "wall_s": round(wall, 1),
+        "tokens_per_s": round(tokens / wall, 1),
+        "best_val_bpb": round(float(callback["best_model_score"]), 4),
+        "best_step": best["global_step"],
+        "causal": acc.causal,
+        "chance": acc.chance,
+        "lower": list(acc.lower),
+        "items": list(acc.items),
+        "byte_accuracy": [round(a, 4) for a in acc.byte_accuracy],
+        "item_accuracy": [round(a, 4) for a in acc.item_accuracy],
+        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "note": note,
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=1))
+    print(acc.table(), flush=True)
+    return result
+
+
+def report(runs: Path, out: Path) -> None:
+    """The table of the finished runs (``result.json`` under ``runs``): ``equal_budget.md``,
+    ``.json`` and ``.png`` (byte accuracy by distance, one line per run) in ``out``."""
+    results = [json.loads(p.read_text()) for p in sorted(runs.glob("*/result.json"))]
+    if not results:
+        raise SystemExit(f"no finished runs under {runs}: run this script without --report first")
+    order = list(RUNS)
+    results.sort(key=lambda r: (order.index(r["name"]), r["seed"]))
+    lower = results[0]["lower"]
+    head = " | ".join(f"{lo:,}–{2 * lo - 1:,}" for lo in lower)
+    lines = [
+        f"Byte accuracy of the value after each query, by distance from its pair (bytes); chance "
+        f"{results[0]['chance']:.2f}. MQAR, 1,024 bytes, one-letter keys with one-digit values; "
+        f"{results[0]['steps']:,} steps x 8 sequences for every run; the same "
+        f"{sum(results[0]['items']):,} test queries.",
+        "",
+        f"| run | seed | {head} | val bits | tokens/s | wall |",
+        "|---|---|" + "---|" * len(lower) + "---|---|---|",
+    ]
+    for r in results:
+        accs = " | ".join(f"{a:.3f}" for a in r["byte_accuracy"])
+        mark = "" if r["causal"] else " †"
+        lines.append(
+            f"| {r['name']}{mark} | {r['seed']} | {accs} | {r['best_val_bpb']:.3f} | "
+            f"{r['tokens_per_s']:,.0f} | {r['wall_s'] / 60:.1f} min |"
+        )
+    if not all(r["causal"] for r in results):
+        lines += ["", "† not strictly causal (top-w routing reads the whole sequence to form its "
+                  "clusters): its accuracy is not a measurement of retrieval."]  # fmt: skip
+    lines += ["", "Runs:", ""] + [f"- `{r['name']}`: {r['reach']}" for r in results
+                                 if r["seed"] == results[0]["seed"]]  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "equal_budget.md").write_text("\n".join(lines) + "\n")
+    (out / "equal_budget.json").write_text(json.dumps(results, indent=1))
+    _plot(results, out / "equal_budget.png")
+    print("\n".join(lines))
+
+
+def _plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in results:
+        style = "-" if r["causal"] else ":"
+        ax.plot(r["lower"], r["byte_accuracy"], style, marker="o",
+                label=f"{r['name']} (seed {r['seed']})")  # fmt: skip
+    ax.axhline(results[0]["chance"], color="grey", lw=0.8, ls="--", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("distance from the pair to its query (bytes, bucket start)")
+    ax.set_ylabel("byte accuracy of the value")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("MQAR at 1,024 bytes, equal budget")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--runs", type=Path, default=Path("runs/equal_budget"))
+    parser.add_argument("--out", type=Path, default=Path("docs/bench/long_range_tasks"))
+    parser.add_argument("--note", default="", help="recorded with each run (e.g. 'shared CPU')")
+    parser.add_argument("--report", action="store_true", help="only rebuild the table")
+    ns = parser.parse_args()
+    if not ns.report:
+        for name in ns.only:
+            print(f"== {name} (seed {ns.seed})", flush=True)
+            _train(name, ns.seed, ns.steps, ns.runs, ns.note)
+    report(ns.runs, ns.out)
+
+
+if __name__ == "__main__":
+    main()
