@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.registry import get_preset
+from zoo.models.registry import get_preset
 
 pytestmark = pytest.mark.precision
 

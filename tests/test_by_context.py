@@ -16,9 +16,7 @@ import zoo
 from zoo.by_context import (
     bits_by_context,
     context_table,
-    default_contexts,
     gain_difference,
-    load_context_profile,
     paired_difference,
     save_context_profile,
 )
@@ -26,6 +24,7 @@ from zoo.cli import main
 from zoo.data import ByteTextDataModule
 from zoo.errors import CheckpointError, ConfigError
 from zoo.hub import Metric
+from zoo.profiles import default_contexts, load_context_profile
 from zoo.publishing import export_run, register
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,15 +19,10 @@ from zoo.data import ByteTextDataModule
 from zoo.data.text import EvalWindows
 from zoo.drawing import plot_position_profiles
 from zoo.errors import CheckpointError, ConfigError
-from zoo.evaluation import (
-    _extended,
-    bits_by_position,
-    evaluate,
-    load_position_profile,
-    position_table,
-    save_position_profile,
-)
+from zoo.evaluation import bits_by_position, evaluate, position_table, save_position_profile
 from zoo.hub import Metric
+from zoo.loading import extended
+from zoo.profiles import load_position_profile
 from zoo.publishing import export_run, register
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,10 +173,10 @@ def test_extrapolation_past_the_trained_length_is_computed_and_labelled(models, 
     assert "positions 128 and beyond are extrapolation" in table
 
 
-def test_routing_model_keeps_its_routing_window_when_extended():
+def test_routing_model_keeps_its_routing_window_whenextended():
     torch.manual_seed(0)
     model = zoo.create_model("routing_transformer_tiny", position="rotary", routing="causal")
-    longer = _extended(model, 4 * model.config.max_seq_len, "routing")
+    longer = extended(model, 4 * model.config.max_seq_len, "routing")
     assert longer.config.max_seq_len == 4 * model.config.max_seq_len
     assert longer.config.routing_window == model.config.routing_window
     for key, value in model.state_dict().items():

@@ -195,9 +195,9 @@ def test_a_translation_checkpoint_given_to_generate_names_the_right_command(caps
     code, _, err = run_zoo(capsys, "generate", "--checkpoint", str(tmp_path / "t.ckpt"))
     assert code == 2 and "a translation model: use `zoo translate`" in err
     assert "blocked" not in err and len(err.strip().splitlines()) == 1
-    from zoo.cli import _checkpoint_task
+    from zoo.loading import checkpoint_task
 
-    assert _checkpoint_task(tmp_path / "t.ckpt") == "Translation"  # read without unpickling code
+    assert checkpoint_task(tmp_path / "t.ckpt") is Translation  # read without unpickling code
 
 
 @pytest.mark.parametrize("value", [4.0, "4", True])

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from zoo.attention.routing import SphericalKMeans
+from zoo.models.registry import create_model
 from zoo.models.transformer import TransformerBlock
-from zoo.registry import create_model
 
 TESTS = Path(__file__).resolve().parent
 RECIPE = TESTS.parent / "recipes" / "routing_transformer" / "pg19mini.yaml"

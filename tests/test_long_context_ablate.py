@@ -8,7 +8,7 @@ import pytest
 import yaml
 from fakes import REPO, recipe_module
 
-from zoo.registry import get_preset
+from zoo.models.registry import get_preset
 
 ablate = recipe_module("recipes/long_context/ablate.py")
 

@@ -6,8 +6,8 @@ import torch
 
 import zoo
 from zoo.errors import CheckpointError, ChecksumError, ConfigError, UnknownModelError
-from zoo.evaluation import find_checkpoint
-from zoo.pretrained import UnverifiedWeightsWarning, explicit_path, sha256_file
+from zoo.files import UnverifiedWeightsWarning, explicit_path, sha256_file
+from zoo.pretrained import find_checkpoint
 
 
 @pytest.fixture

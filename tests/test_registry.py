@@ -39,7 +39,7 @@ REQUIRED_STRUCTURE = {"pattern", "context", "causal"}
 
 @pytest.mark.parametrize("name", zoo.list_models())
 def test_every_preset_describes_its_attention_structure(name):
-    config = zoo.registry.get_preset(name).config
+    config = zoo.models.registry.get_preset(name).config
     structure = config.structure()
     assert REQUIRED_STRUCTURE <= set(structure) and structure["pattern"] != "unknown"
     assert structure["context"] == config.max_seq_len
@@ -48,7 +48,7 @@ def test_every_preset_describes_its_attention_structure(name):
 
 def test_structure_says_what_looks_ahead_and_what_each_pattern_keeps():
     def structure(name, **overrides):
-        return zoo.registry.get_preset(name).config.replace(**overrides).structure()
+        return zoo.models.registry.get_preset(name).config.replace(**overrides).structure()
 
     assert structure("routing_transformer_small")["causal"] is False  # top-w looks ahead
     assert structure("routing_transformer_small", routing="causal")["causal"] is True

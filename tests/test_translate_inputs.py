@@ -86,7 +86,7 @@ def test_out_of_range_settings_are_one_line_errors_in_python_and_the_cli(
 def test_python_and_the_cli_default_to_the_published_checkpoints_decoding(
     model, monkeypatch, capsys
 ):
-    from zoo.evaluation import PAPER_DECODING, default_decoding
+    from zoo.beam_search import PAPER_DECODING, default_decoding
 
     assert zoo.from_pretrained(PUBLISHED).published_name == PUBLISHED  # recorded at load time
     registered = default_decoding(PUBLISHED)

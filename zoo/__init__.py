@@ -17,14 +17,14 @@ from typing import Any
 
 # `import zoo` loads nothing heavy (not even torch): each name below imports its module on first use
 _LAZY = {
-    "create_model": "zoo.registry",
-    "list_models": "zoo.registry",
+    "create_model": "zoo.models.registry",
+    "list_models": "zoo.models.registry",
     "from_pretrained": "zoo.pretrained",
     "list_pretrained": "zoo.hub.registry",
     "generate": "zoo.generation",
     "translate": "zoo.beam_search",
 }
-_SUBMODULES = ("attention", "data", "hub", "models", "tasks", "kernels", "registry", "pretrained")
+_SUBMODULES = ("attention", "data", "hub", "models", "tasks", "kernels", "pretrained")
 
 __all__ = ["__version__", *_LAZY]
 

@@ -31,7 +31,7 @@ import torch
 from rich.progress import track
 
 from zoo.errors import CheckpointError, ConfigError, UnknownModelError
-from zoo.pretrained import atomic_path
+from zoo.files import atomic_path
 
 __all__ = ["average_checkpoints", "last_checkpoints", "model_settings", "save_average"]
 
@@ -65,7 +65,7 @@ def model_settings(hparams: dict[str, Any]) -> dict[str, Any]:
     (the architecture is the pretrained checkpoint's), gives the raw ``model``,
     ``model_config`` and ``init_from`` instead.
     """
-    from zoo.registry import get_preset
+    from zoo.models.registry import get_preset
 
     out: dict[str, Any] = {}
     if hparams.get("_class_path"):

@@ -20,6 +20,7 @@ Shape legend: B batch, K beam size, S source positions, V vocabulary.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,10 +34,12 @@ from torch import Tensor, nn
 from zoo.errors import ConfigError
 
 __all__ = [
+    "PAPER_DECODING",
     "Hypothesis",
     "beam_search",
     "check_decoding",
     "decoding_settings",
+    "default_decoding",
     "greedy_search",
     "length_penalty",
     "translate",
@@ -262,6 +265,23 @@ def check_decoding(
         )
 
 
+PAPER_DECODING = {"search": "beam", "beam_size": 4, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50}
+"""Vaswani et al. 2017, section 6.1: beam 4, length penalty alpha 0.6, at most source + 50 tokens."""
+
+
+def default_decoding(source: str | os.PathLike) -> dict[str, Any]:
+    """How to decode ``source`` by default: the decoding of its registered test BLEU when it is a
+    published checkpoint (so `zoo translate NAME` reproduces its card), else the paper's."""
+    from zoo.hub import load_registry  # lazily: huggingface_hub
+
+    entry = load_registry().entries.get(str(source))
+    registered = entry.whole_split("test") if entry is not None else None
+    decoding = dict(PAPER_DECODING)
+    if registered is not None and registered.decoding:
+        decoding |= {k: v for k, v in registered.decoding.items() if k in PAPER_DECODING}
+    return decoding
+
+
 def decoding_settings(
     model: nn.Module | None = None,
     *,
@@ -274,7 +294,7 @@ def decoding_settings(
     """How :func:`translate` and `zoo translate` decode with ``model``: each value given, else the
     registered decoding of the published checkpoint ``model`` was loaded as
     (``model.published_name``, which :func:`zoo.from_pretrained` records; see
-    :func:`zoo.evaluation.default_decoding`), else the paper's (beam 4, ``alpha = 0.6``, at most
+    :func:`default_decoding`), else the paper's (beam 4, ``alpha = 0.6``, at most
     ``1.0 * source length + 50`` tokens).
 
     Returns ``{"decoding", "beam_size", "alpha", "max_len_a", "max_len_b"}``, checked.
@@ -282,8 +302,6 @@ def decoding_settings(
     Raises:
         ConfigError: a value out of range (:func:`check_decoding`).
     """
-    from zoo.evaluation import default_decoding  # lazily: zoo.evaluation imports Lightning
-
     name = getattr(model, "published_name", None)
     registered = default_decoding(name or "")  # "" is no checkpoint: the paper's decoding
     given = {"search": decoding, "beam_size": beam_size, "alpha": alpha,

@@ -515,7 +515,7 @@ def write_card(card: BenchCard, out_dir: str | Path) -> list[Path]:
 
 def _default_out_dir(name: str) -> Path:
     """``bench/<name>``: a folder's own name, or a repo id with ``/`` as ``--``."""
-    from zoo.pretrained import explicit_path
+    from zoo.files import explicit_path
 
     local = explicit_path(name)
     return Path("bench") / (local.resolve().name if local is not None else name.replace("/", "--"))

@@ -22,94 +22,25 @@ byte is predicted from between ``c - stride + 1`` and ``c`` bytes of its documen
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.errors import CheckpointError, ConfigError
+from zoo.errors import ConfigError
+from zoo.profiles import (
+    BY_CONTEXT_FILES,
+    ContextProfile,
+    default_contexts,
+)
 
 __all__ = [
-    "BY_CONTEXT_FILES",
-    "ContextProfile",
     "bits_by_context",
     "context_table",
-    "default_contexts",
     "gain_difference",
-    "load_context_profile",
     "paired_difference",
-    "read_profile",
     "save_context_profile",
 ]
-
-BY_CONTEXT_FILES = ("by_context.md", "by_context.json", "by_context.png")
-
-
-@dataclass(frozen=True)
-class ContextProfile:
-    """Bits per byte of the same target bytes at several context lengths.
-
-    ``bits[i]`` is the bits per byte of all ``targets`` target bytes when the model is given
-    windows of ``contexts[i]`` bytes (every byte predicted from ``min_context[i]`` to
-    ``contexts[i]`` bytes). ``gain[i]`` is ``bits[i] - bits[-1]``: what the largest context saves
-    over this one, in bits per byte, and ``gain_se[i]`` its standard error over the ``blocks``
-    target blocks (the paired differences of each block's bits per byte; blocks of one book are
-    not independent, so read it as a lower bound). ``block_bits[i][b]`` is block ``b``'s bits per
-    byte at context ``i``, for paired comparisons between contexts or models
-    (:func:`paired_difference`). Contexts past ``max_seq_len`` (the trained length) are
-    extrapolation.
-    """
-
-    source: str
-    dataset: str
-    split: str
-    max_seq_len: int
-    contexts: tuple[int, ...]
-    min_context: tuple[int, ...]
-    bits: tuple[float, ...]
-    gain: tuple[float, ...]
-    gain_se: tuple[float, ...]
-    target_len: int  # target bytes per block
-    block_spacing: int  # one block at the end of every window of this many bytes
-    blocks: int
-    targets: int  # target bytes, the same at every context
-    block_bits: tuple[tuple[float, ...], ...] = ()  # per context, each block's bits per byte
-
-    def __post_init__(self) -> None:
-        for name in ("contexts", "min_context", "bits", "gain", "gain_se"):  # from JSON: lists
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        object.__setattr__(self, "block_bits", tuple(tuple(row) for row in self.block_bits))
-
-    def extrapolated(self, i: int) -> bool:
-        """Whether context ``i`` is longer than the model's trained windows."""
-        return self.contexts[i] > self.max_seq_len
-
-    def at(self, context: int) -> float:
-        """Bits per byte at ``context``. Raises ConfigError if it was not measured."""
-        if context not in self.contexts:
-            raise ConfigError(
-                f"context {context} was not measured; measured: {list(self.contexts)}"
-            )
-        return self.bits[self.contexts.index(context)]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def command(self, source: str | None = None) -> str:
-        """The ``zoo evaluate`` command that measures this profile again for ``source`` (default
-        :attr:`source`): the same contexts, blocks and split, so the same bytes (``--blocks``,
-        if it was given, is not recorded)."""
-        args = [f"zoo evaluate {source or self.source} --by-context"]
-        if self.contexts != default_contexts(self.max_seq_len):
-            args.append(" ".join(str(c) for c in self.contexts))
-        if self.split != "test":
-            args.append(f"--split {self.split}")
-        if self.target_len != 256:
-            args.append(f"--target-len {self.target_len}")
-        args.append(f"--block-spacing {self.block_spacing}")
-        return " ".join(args)
 
 
 def paired_difference(
@@ -173,15 +104,6 @@ def _mean_and_se(diff) -> tuple[float, float]:
     return float(diff.mean()), se
 
 
-def default_contexts(max_seq_len: int, smallest: int = 64) -> tuple[int, ...]:
-    """Powers of two from ``smallest`` up to ``max_seq_len``, and ``max_seq_len`` itself."""
-    out, c = [], smallest
-    while c < max_seq_len:
-        out.append(c)
-        c *= 2
-    return (*out, max_seq_len)
-
-
 def _windows(docs, contexts, target_len, spacing, blocks):
     """Per context, the windows ``(doc, end, scored, block)``: ``x = doc[end - c : end]``, its last
     ``scored`` targets (``doc[end - scored + 1 .. end]``) counted for ``block``."""
@@ -216,7 +138,7 @@ def bits_by_context(
     device: str = "cpu",
     progress: bool = True,
 ) -> ContextProfile:
-    """Bits per byte of ``source`` (see :func:`~zoo.evaluation.load_task`) on the same target
+    """Bits per byte of ``source`` (see :func:`~zoo.loading.load_task`) on the same target
     bytes of ``split`` of ``dataset``, given windows of each of ``contexts`` bytes.
 
     The model runs in fp32, in eval mode; NLL (nats) is summed per block in float64.
@@ -252,7 +174,7 @@ def bits_by_context(
 
     from zoo.data import ByteTextDataModule
     from zoo.data.images import IMAGE_DATASETS
-    from zoo.evaluation import _extended, load_task
+    from zoo.loading import extended, load_task
     from zoo.tasks import CausalLM
 
     if split not in ("valid", "test"):
@@ -282,7 +204,7 @@ def bits_by_context(
             f"back (contexts up to {largest:,}, target_len {target_len}); give at least that"
         )
     if largest > trained:
-        model = _extended(model, largest, str(source))
+        model = extended(model, largest, str(source))
     model = model.float().to(device).eval()
     datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=spacing)
     datamodule.setup("test" if split == "test" else "validate")
@@ -388,36 +310,3 @@ def save_context_profile(
 
     plot_context_profiles([(label or profile.source, profile)], png)
     return [md, js, png]
-
-
-def load_context_profile(path: str | os.PathLike) -> ContextProfile:
-    """The profile :func:`save_context_profile` wrote to ``path`` (``by_context.json`` or its
-    folder).
-
-    Raises:
-        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
-    """
-    return read_profile(path, ContextProfile, "by_context.json", "--by-context")
-
-
-def read_profile(path: str | os.PathLike, cls: type, file_name: str, flag: str):
-    """``cls(**json)`` from ``path`` (``file_name``, or the folder holding it): the loader of the
-    profiles that ``zoo evaluate SOURCE FLAG`` saves.
-
-    Raises:
-        CheckpointError: the file does not exist, or is not such a profile.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / file_name
-    try:
-        return cls(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{path} does not exist: measure it first (zoo evaluate SOURCE {flag})."
-        ) from None
-    except (ValueError, TypeError) as e:  # not JSON, or not the profile's fields
-        raise CheckpointError(
-            f"{path} is not a {flag.removeprefix('--')} profile ({type(e).__name__}: {e}): "
-            f"measure it again (zoo evaluate SOURCE {flag})."
-        ) from None

@@ -174,8 +174,8 @@ class ZooCLI(LightningCLI):
     def _choose_precision(self) -> None:
         """Fill in ``trainer.precision`` by hardware and family where nothing names one; warn once
         where a named one is emulated on this CPU (:mod:`zoo.precision`)."""
+        from zoo.models.registry import get_preset
         from zoo.precision import default_precision, slow_precision_warning
-        from zoo.registry import get_preset
 
         config = self.config.get(self.config.get("subcommand") or "", self.config)
         trainer = config.get("trainer") if config is not None else None
@@ -298,18 +298,6 @@ TASK_COMMANDS = {
 }
 
 
-def _checkpoint_task(path: Path) -> str | None:
-    """The zoo task a Lightning checkpoint was saved from (its ``_class_path``), read without
-    running any of its code; ``None`` if it does not say."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        class_path = ckpt["hyper_parameters"]["_class_path"]
-    except Exception:
-        return None
-    name = str(class_path).rsplit(".", 1)[-1]
-    return name if name in TASK_COMMANDS else None
-
-
 def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
     """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM``,
     ``ImageLM`` or ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name,
@@ -321,6 +309,7 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
     """
     from zoo import tasks
     from zoo.errors import CheckpointError
+    from zoo.loading import checkpoint_task
     from zoo.pretrained import from_pretrained
 
     path = Path(checkpoint)
@@ -332,8 +321,8 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
         try:
             module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
         except Exception as e:
-            saved = _checkpoint_task(path)
-            if saved is not None and saved != task:
+            saved = getattr(checkpoint_task(path), "__name__", None)
+            if saved in TASK_COMMANDS and saved != task:
                 raise CheckpointError(
                     f"{checkpoint} is a checkpoint of {saved}, {TASK_COMMANDS[saved]}."
                 ) from None
@@ -638,7 +627,7 @@ def average_main(args: list[str]) -> None:
 
 
 def models_main(args: list[str]) -> None:
-    from zoo.registry import get_preset, list_models
+    from zoo.models.registry import get_preset, list_models
 
     table = Table(title="registered models")
     table.add_column("name", no_wrap=True)

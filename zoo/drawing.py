@@ -28,8 +28,7 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from zoo.by_context import ContextProfile
-    from zoo.evaluation import PositionProfile
+    from zoo.profiles import ContextProfile, PositionProfile
 
 __all__ = [
     "AttentionMap",

@@ -17,84 +17,35 @@ the positions beyond it are extrapolation, and every output says so.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lightning import Trainer
 
+from zoo.beam_search import PAPER_DECODING, default_decoding
 from zoo.callbacks import hardware
 from zoo.data.text import EvalWindows
 from zoo.errors import CheckpointError, ConfigError, DataNotFoundError
 from zoo.hub.registry import Metric
+from zoo.loading import extended, load_task
 from zoo.pretrained import find_checkpoint
+from zoo.profiles import BY_POSITION_FILES, PositionProfile
 
 __all__ = [
-    "PositionProfile",
     "bits_by_position",
     "evaluate",
-    "checkpoint_task",
-    "default_decoding",
     "evaluate_images",
     "evaluate_translation",
-    "find_checkpoint",
     "load_metrics",
-    "load_position_profile",
-    "load_task",
     "position_table",
     "remeasure",
     "save_metric",
     "save_position_profile",
 ]
-
-
-def checkpoint_task(path: str | os.PathLike):
-    """The :mod:`zoo.tasks` class a Lightning checkpoint was saved from (its hyperparameters'
-    ``_class_path``), read without running any of its code; ``None`` if it names none."""
-    import torch
-
-    from zoo import tasks
-
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        class_path = str(ckpt["hyper_parameters"]["_class_path"])
-    except Exception:
-        return None
-    module, _, name = class_path.rpartition(".")
-    return getattr(tasks, name, None) if module.startswith("zoo.tasks") else None
-
-
-def load_task(source: str | os.PathLike, task_cls=None):
-    """The LightningModule of ``source``: for a ``.ckpt`` or a run directory, the task it was
-    saved from; for anything :func:`zoo.from_pretrained` takes (published name, repo id,
-    ``save_pretrained`` directory), a ``task_cls`` (default :class:`~zoo.tasks.CausalLM`) around it.
-
-    Raises:
-        CheckpointError: the checkpoint cannot be loaded, or is of another task than ``task_cls``
-            (a translation checkpoint where a language model is measured).
-    """
-    from zoo.tasks import CausalLM
-
-    ckpt = find_checkpoint(source)
-    if ckpt is None:
-        return (task_cls or CausalLM)(init_from=str(source))
-    saved = checkpoint_task(ckpt)
-    if task_cls is not None and saved is not None and not issubclass(saved, task_cls):
-        raise CheckpointError(
-            f"{ckpt} is a checkpoint of {saved.__name__}, not {task_cls.__name__}: "
-            + ("measure it on a parallel corpus (--dataset multi30k)." if saved.__name__ ==
-               "Translation" else "measure it on the data set it was trained for.")
-        )  # fmt: skip
-    task_cls = saved or task_cls or CausalLM
-    try:
-        return task_cls.load_from_checkpoint(ckpt, map_location="cpu")
-    except Exception as e:
-        raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
 
 
 def _require_positive_slice(windows: int | None, first_bytes: int | None = None) -> None:
@@ -329,23 +280,6 @@ def evaluate_images(
     )
 
 
-PAPER_DECODING = {"search": "beam", "beam_size": 4, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 50}
-"""Vaswani et al. 2017, section 6.1: beam 4, length penalty alpha 0.6, at most source + 50 tokens."""
-
-
-def default_decoding(source: str | os.PathLike) -> dict[str, Any]:
-    """How to decode ``source`` by default: the decoding of its registered test BLEU when it is a
-    published checkpoint (so `zoo translate NAME` reproduces its card), else the paper's."""
-    from zoo.hub import load_registry
-
-    entry = load_registry().entries.get(str(source))
-    registered = entry.whole_split("test") if entry is not None else None
-    decoding = dict(PAPER_DECODING)
-    if registered is not None and registered.decoding:
-        decoding |= {k: v for k, v in registered.decoding.items() if k in PAPER_DECODING}
-    return decoding
-
-
 def _translation_model(source: str | os.PathLike):
     """``(model, training facts)`` of a translation ``.ckpt``, run directory, published name, repo
     id or saved folder; the facts hold ``averaged_from`` and the data's languages when known."""
@@ -484,77 +418,6 @@ def load_metrics(path: str | os.PathLike) -> list[Metric]:
 
 
 # --- bits per byte by position in the window (zoo evaluate --by-position) -------------------------
-BY_POSITION_FILES = ("by_position.md", "by_position.json", "by_position.png")
-
-
-@dataclass(frozen=True)
-class PositionProfile:
-    """Bits per byte by position of the predicted byte in its evaluation window.
-
-    Bucket ``i`` holds the positions ``edges[i] <= t < edges[i + 1]``; ``bits[i]`` is its bits per
-    byte (``None`` if no byte was scored there) over ``counts[i]`` scored bytes. Positions
-    ``t >= max_seq_len`` (the trained length) are extrapolation; ``extrapolated`` says whether the
-    profile has any (``context > max_seq_len``).
-    """
-
-    source: str
-    dataset: str
-    split: str
-    max_seq_len: int  # the length the model was trained on
-    context: int  # the evaluation window
-    extrapolated: bool
-    edges: tuple[int, ...]
-    bits: tuple[float | None, ...]
-    counts: tuple[int, ...]
-    bits_per_byte: float  # over every scored byte
-    targets: int  # bytes scored
-    windows: int  # windows measured
-    stride: int | None = None  # sliding windows: one every `stride` bytes (None: non-overlapping)
-
-    def __post_init__(self) -> None:
-        for name in ("edges", "bits", "counts"):  # from JSON: lists
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-
-    def bucket_extrapolated(self, i: int) -> bool:
-        """Whether bucket ``i`` holds positions past the trained length."""
-        return self.edges[i + 1] > self.max_seq_len
-
-    @property
-    def centres(self) -> tuple[float, ...]:
-        """The middle of each bucket (``(lo + hi) / 2``, positive: fit for a log axis)."""
-        return tuple((lo + hi) / 2 for lo, hi in zip(self.edges[:-1], self.edges[1:], strict=True))
-
-    def rows(self) -> list[tuple[str, int, float | None, bool]]:
-        """``(positions, bytes scored, bits/byte, extrapolated)`` per bucket, for tables."""
-        return [
-            (f"{lo}–{hi - 1}", n, b, self.bucket_extrapolated(i))
-            for i, (lo, hi, n, b) in enumerate(
-                zip(self.edges[:-1], self.edges[1:], self.counts, self.bits, strict=True)
-            )
-        ]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _extended(model, context: int, name: str):
-    """A copy of ``model`` that accepts windows of ``context`` bytes, with the same weights
-    (:meth:`~zoo.models.transformer.TransformerLM.extended`).
-
-    Raises:
-        ConfigError: the model's positions end at its ``max_seq_len``.
-    """
-    c = model.config
-    if not getattr(model, "extends_context", False):
-        position = getattr(c, "position", None)
-        kind = f"{position} positions" if position else "positions"
-        raise ConfigError(
-            f"{name} has {kind} for {c.max_seq_len} bytes only (max_seq_len={c.max_seq_len}); "
-            f"use --context {c.max_seq_len} or less, or a model with rotary positions"
-        )
-    return model.extended(context)
-
-
 def bits_by_position(
     source,
     *,
@@ -636,7 +499,7 @@ def bits_by_position(
     if stride is not None and not 1 <= stride <= context:
         raise ConfigError(f"stride must be in [1, context={context}], got {stride}")
     if context > trained:
-        model = _extended(model, context, str(source))
+        model = extended(model, context, str(source))
     model = model.float().to(device).eval()
     if first_bytes is not None:  # the windows covering the first bytes (of the first book)
         windows = math.ceil(first_bytes / context)
@@ -742,15 +605,3 @@ def save_position_profile(
 
     plot_position_profiles([(label or profile.source, profile)], png)
     return [md, js, png]
-
-
-def load_position_profile(path: str | os.PathLike) -> PositionProfile:
-    """The profile :func:`save_position_profile` wrote to ``path`` (``by_position.json``, or the
-    folder holding it).
-
-    Raises:
-        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
-    """
-    from zoo.by_context import read_profile
-
-    return read_profile(path, PositionProfile, "by_position.json", "--by-position")

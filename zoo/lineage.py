@@ -199,11 +199,11 @@ def checkpoint_name(source: str | os.PathLike | None) -> str | None:
     - any other local path: the run folder's name (a lone ``.ckpt``: the file's name).
 
     ``None`` or ``""`` gives ``None``. Local paths are recognised as
-    :func:`zoo.pretrained.explicit_path` does.
+    :func:`zoo.files.explicit_path` does.
     """
     if source is None or str(source) == "":
         return None
-    from zoo.pretrained import explicit_path
+    from zoo.files import explicit_path
 
     path = explicit_path(source)
     if path is None or (str(source).startswith("recipes/") and path.suffix in (".yaml", ".yml")):

@@ -20,15 +20,10 @@ in the working directory (see :func:`explicit_path`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar
 
 import safetensors
 import safetensors.torch
@@ -37,73 +32,34 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from zoo.config import ModelConfig
-from zoo.errors import CheckpointError, ChecksumError, ConfigError, UnknownModelError
-from zoo.registry import get_model_class
+from zoo.errors import CheckpointError, ConfigError, UnknownModelError
+from zoo.files import (
+    CONFIG_NAME,
+    MANIFEST_NAME,
+    TOKENIZER_NAME,
+    WEIGHTS_NAME,
+    UnverifiedWeightsWarning,
+    explicit_path,
+    verify_manifest,
+)
+from zoo.models.registry import get_model_class
 
 __all__ = [
-    "CONFIG_NAME",
     "LOAD_DTYPES",
-    "MANIFEST_NAME",
-    "TOKENIZER_NAME",
-    "WEIGHTS_NAME",
-    "PretrainedMixin",
-    "UnverifiedWeightsWarning",
     "checked_device_and_dtype",
     "device_problem",
-    "explicit_path",
     "find_checkpoint",
     "from_pretrained",
     "load_tokenizer",
-    "sha256_file",
-    "verify_manifest",
+    "load_weights",
 ]
-
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-TOKENIZER_NAME = "tokenizer.json"  # only for models with a subword tokenizer
-MANIFEST_NAME = "manifest.json"  # sha256 of the other files, written last by save_pretrained
-
-
-class UnverifiedWeightsWarning(UserWarning):
-    """A local folder was loaded without a ``manifest.json`` to check its files against."""
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def explicit_path(source: str | os.PathLike) -> Path | None:
-    """``source`` as a local path if it names one explicitly, else ``None`` (a name).
-
-    Explicit: any ``os.PathLike`` (``pathlib.Path``), or a string that starts with ``/``, ``./``,
-    ``../`` or ``~``, ends with ``/`` or ``.ckpt``, or holds more than one ``/`` or a ``\\``. Anything else
-    (``transformer_lm_small.pg19mini``, ``ns/repo``) is a published checkpoint or a Hub repo id and
-    never resolves to a same-named folder in the working directory, so a folder dropped there cannot
-    stand in for verified weights.
-    """
-    if isinstance(source, os.PathLike):
-        return Path(source).expanduser()
-    text = str(source)
-    explicit = (
-        text.startswith(("/", "./", "../", "~", ".\\", "..\\"))
-        or text in (".", "..")
-        or text.count("/") > 1
-        or "\\" in text
-        or text.endswith((".ckpt", "/"))
-    )
-    return Path(text).expanduser() if explicit else None
 
 
 def find_checkpoint(source: str | os.PathLike) -> Path | None:
     """The Lightning checkpoint a run or ``.ckpt`` path names, or ``None`` for other sources.
 
     A run directory (``runs/<family>/<dataset>``) gives ``checkpoints/best.ckpt`` (else ``last.ckpt``).
-    Only explicit paths count (:func:`zoo.pretrained.explicit_path`): a bare name is a published
+    Only explicit paths count (:func:`zoo.files.explicit_path`): a bare name is a published
     checkpoint even if a same-named folder is here.
     """
     path = explicit_path(source)
@@ -117,114 +73,6 @@ def find_checkpoint(source: str | os.PathLike) -> Path | None:
     if path.suffix == ".ckpt":
         raise CheckpointError(f"{path} does not exist.")
     return None
-
-
-def verify_manifest(directory: str | os.PathLike) -> bool:
-    """Check ``directory``'s files against its ``manifest.json``; ``False`` if it has none.
-
-    Every file the manifest lists must exist with its sha256, and every loadable file present
-    (config, weights, tokenizer) must be listed.
-
-    Raises:
-        ChecksumError: a file's sha256 differs from the manifest's (both hashes named).
-        CheckpointError: the manifest is unreadable, or lists a missing file or omits one present.
-    """
-    directory = Path(directory)
-    manifest = directory / MANIFEST_NAME
-    if not manifest.is_file():
-        return False
-    try:
-        recorded = json.loads(manifest.read_text())["sha256"]
-        assert isinstance(recorded, dict)
-    except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
-        raise CheckpointError(
-            f"{manifest} is not a valid manifest (a JSON object with a 'sha256' table): re-save "
-            "the model with save_pretrained."
-        ) from None
-    present = {f for f in (CONFIG_NAME, WEIGHTS_NAME, TOKENIZER_NAME) if (directory / f).is_file()}
-    unlisted = sorted(present - recorded.keys())
-    if unlisted:
-        raise CheckpointError(
-            f"{directory} has {unlisted} but its {MANIFEST_NAME} does not list them: they were "
-            "added after save_pretrained (or left from an earlier save); remove them or re-save "
-            "the model that belongs with them."
-        )
-    for name, expected in sorted(recorded.items()):
-        path = directory / name
-        if not path.is_file():
-            raise CheckpointError(
-                f"{path} is missing although {MANIFEST_NAME} lists it: copy the whole folder."
-            )
-        actual = sha256_file(path)
-        if actual != expected:
-            raise ChecksumError(
-                str(path), expected, actual, recorded_in=f"its {MANIFEST_NAME} records"
-            )
-    return True
-
-
-@contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; rename it to ``final`` only if the block succeeds."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a saved model is not
-        os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-class PretrainedMixin:
-    """``save_pretrained`` / ``num_parameters`` for zoo models.
-
-    A model class sets ``model_type`` (its key in ``config.json``) and ``config_class``, keeps its
-    config as ``self.config``, and is constructed as ``cls(config)``.
-    """
-
-    model_type: ClassVar[str]
-    config_class: ClassVar[type[ModelConfig]]
-    config: ModelConfig
-
-    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed),
-        ``tokenizer.json`` when the model has a ``tokenizer``, and last ``manifest.json``, the
-        sha256 of each, which :func:`from_pretrained` checks.
-
-        Returns the directory. Tensors are saved in their current dtype.
-        """
-        from zoo import __version__
-
-        directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        assert isinstance(self, nn.Module)
-        meta = {
-            "model_type": self.model_type,
-            "config": self.config.to_dict(),
-            "zoo_version": __version__,
-        }
-        with atomic_path(directory / WEIGHTS_NAME) as tmp:
-            safetensors.torch.save_model(self, str(tmp), metadata={"format": "pt"})
-        tokenizer = getattr(self, "tokenizer", None)
-        if tokenizer is not None:
-            with atomic_path(directory / TOKENIZER_NAME) as tmp:
-                tokenizer.save(str(tmp))
-        with atomic_path(directory / CONFIG_NAME) as tmp:
-            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        written = [CONFIG_NAME, WEIGHTS_NAME] + ([TOKENIZER_NAME] if tokenizer is not None else [])
-        manifest = {"sha256": {f: sha256_file(directory / f) for f in written}}
-        with atomic_path(directory / MANIFEST_NAME) as tmp:
-            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        return directory
-
-    def num_parameters(self) -> int:
-        """Number of trainable parameters (tied weights counted once)."""
-        assert isinstance(self, nn.Module)
-        return sum(p.numel() for p in self.parameters())
 
 
 def _read_config(path: Path) -> tuple[type[nn.Module], ModelConfig]:

@@ -302,7 +302,7 @@ def copy_probe(
     """Run the copy probe (module docstring) on ``source``.
 
     Args:
-        source: anything :func:`~zoo.evaluation.load_task` takes for a byte-level causal language
+        source: anything :func:`~zoo.loading.load_task` takes for a byte-level causal language
             model (published name, ``.ckpt``, run or ``save_pretrained`` folder), or such a model
             itself: an ``nn.Module`` mapping int64 bytes ``(B, T)`` to logits ``(B, T, 256)``
             with ``config.max_seq_len`` and ``config.vocab_size == 256``.
@@ -330,7 +330,7 @@ def copy_probe(
     if isinstance(source, torch.nn.Module):
         model, name = source, type(source).__name__
     else:
-        from zoo.evaluation import load_task
+        from zoo.loading import load_task
         from zoo.tasks import CausalLM
 
         model, name = load_task(source, CausalLM).model, str(source)

@@ -13,7 +13,7 @@ import argparse
 from zoo.attention.patterns import get_pattern
 from zoo.data.images import load_images
 from zoo.drawing import draw_patterns_on_image
-from zoo.registry import get_preset
+from zoo.models.registry import get_preset
 
 
 def main() -> None:

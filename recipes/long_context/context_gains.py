@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zoo.by_context import gain_difference, load_context_profile, paired_difference
+from zoo.by_context import gain_difference, paired_difference
+from zoo.profiles import load_context_profile
 
 
 def gains_table(profiles: list[tuple[str, object]], stretches: list[tuple[int, int]]) -> str:

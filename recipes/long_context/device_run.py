@@ -82,7 +82,8 @@ def save_bf16(run: Path, out: Path) -> None:
     """The best checkpoint as a bf16 ``save_pretrained`` folder with its ``training.json``."""
     import torch
 
-    from zoo.evaluation import find_checkpoint, load_task
+    from zoo.loading import load_task
+    from zoo.pretrained import find_checkpoint
     from zoo.publishing.export import training_facts
 
     path = find_checkpoint(run)

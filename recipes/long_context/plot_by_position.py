@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from zoo.by_context import load_context_profile
 from zoo.drawing import plot_context_profiles, plot_position_profiles
-from zoo.evaluation import load_position_profile
+from zoo.profiles import load_context_profile, load_position_profile
 
 
 def _is_context(path: str) -> bool:

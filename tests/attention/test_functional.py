@@ -52,7 +52,7 @@ def test_relative_positions_add_both_shaw_terms():
     rel = RelativePositions(max_distance=2, d_head=6)
     distance = torch.arange(4)[:, None] - torch.arange(4)[None, :]
     allowed = distance >= 0
-    out = rel.attend(q, k, v, allowed, distance)
+    out = masked_attention(q, k, v, allowed, relative=rel, distance=distance)
     # by hand, Shaw et al. eqs. 3-4 with distances clipped at 2
     d = distance.clamp(0, 2)
     aK, aV = rel.keys.weight[d], rel.values.weight[d]  # (4, 4, D)

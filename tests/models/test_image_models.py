@@ -113,9 +113,9 @@ def test_bad_image_transformer_configs_raise(overrides, message):
 
 def test_cifar10_presets_fit_cifar10_images():
     for name in zoo.list_models("*cifar10*"):
-        config = zoo.registry.get_preset(name).config
+        config = zoo.models.registry.get_preset(name).config
         assert config.vocab_size == BOS_ID + 1 and config.max_seq_len == 3072, name
-    sparse = zoo.registry.get_preset("sparse_transformer_cifar10").config
+    sparse = zoo.models.registry.get_preset("sparse_transformer_cifar10").config
     assert sparse.position_dims == (32, 32, 3) and sparse.stride == 96  # one row of sub-pixels
     routing = zoo.create_model("routing_transformer_cifar10")
     routes = [b.attention.n_routing > 0 for b in routing.blocks]

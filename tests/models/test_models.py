@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.registry import get_preset
+from zoo.models.registry import get_preset
 
 
 def tiny_model(name: str, strictly_causal: bool = False) -> torch.nn.Module:

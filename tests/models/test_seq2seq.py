@@ -6,7 +6,7 @@ import torch
 import zoo
 from zoo.attention import MultiHeadAttention
 from zoo.errors import ConfigError
-from zoo.registry import get_preset
+from zoo.models.registry import get_preset
 
 PAD = 0
 

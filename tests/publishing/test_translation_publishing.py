@@ -10,10 +10,11 @@ import torch
 from published import REPO
 
 import zoo
+from zoo.beam_search import PAPER_DECODING
 from zoo.cli import main
 from zoo.data.translation import load_pairs
 from zoo.errors import CheckpointError, ConfigError
-from zoo.evaluation import PAPER_DECODING, evaluate, evaluate_translation
+from zoo.evaluation import evaluate, evaluate_translation
 from zoo.hub import Metric, load_registry
 from zoo.publishing import export_run, register
 from zoo.tasks import Translation

@@ -56,15 +56,3 @@ class RelativePositions(nn.Module):
         aV = self.values.weight.float()
         mass = p.new_zeros(*p.shape[:-1], aV.shape[0]).scatter_add(-1, dist, p)
         return mass @ aV
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, distance: Tensor) -> Tensor:
-        """Masked softmax attention with relative terms, in fp32
-        (:func:`zoo.attention.functional.masked_attention`).
-
-        ``q``: ``(..., Lq, D)``; ``k, v``: ``(..., Lk, D)``; ``allowed`` bool and ``distance``
-        int64 (``i - j``, only read where allowed), both broadcastable to ``(..., Lq, Lk)``.
-        A row with no allowed key gives zeros. Returns ``(..., Lq, D)`` in the dtype of ``v``.
-        """
-        from zoo.attention.functional import masked_attention  # functional imports this module
-
-        return masked_attention(q, k, v, allowed, relative=self, distance=distance)

@@ -651,9 +651,9 @@ class RoutingSelfAttention(nn.Module):
         """Routing with Shaw relative positions on original positions (the math path)."""
         k_idx = q_idx if k_idx is None else k_idx
         distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
-        y = self.relative.attend(
+        y = masked_attention(
             gather_clusters(q, q_idx), gather_clusters(k, k_idx), gather_clusters(v, k_idx),
-            distance >= 0, distance,
+            distance >= 0, relative=self.relative, distance=distance,
         )  # fmt: skip
         return scatter_mean(y, q_idx, q.shape[2])
 

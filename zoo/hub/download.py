@@ -43,8 +43,8 @@ from zoo.errors import (
     RetiredCheckpointWarning,
     UnknownModelError,
 )
+from zoo.files import explicit_path, sha256_file
 from zoo.hub.registry import CheckpointEntry, Registry, load_registry
-from zoo.pretrained import explicit_path, sha256_file
 
 __all__ = [
     "LOAD_FILES",

@@ -1,7 +1,7 @@
 """``checkpoints.yaml``: the registry of published checkpoints, the single source of truth.
 
 Each entry names one trained checkpoint, timm-style ``<model>.<dataset>`` (the model is a preset of
-:mod:`zoo.registry`, the tag the data it was trained on), and records everything needed to fetch,
+:mod:`zoo.models.registry`, the tag the data it was trained on), and records everything needed to fetch,
 verify and trust it: the model config, the Hub repo id and pinned revision, every published file
 with its sha256 and size, the measured metrics (with dataset, split and how much of it), the recipe
 that trained it and the training facts. ``zoo list``, :func:`zoo.list_pretrained`,

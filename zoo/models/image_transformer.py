@@ -40,8 +40,8 @@ from torch import Tensor, nn
 from zoo.attention import HeadGroup, SparseSelfAttention, get_pattern
 from zoo.attention.patterns import AttentionPattern
 from zoo.errors import ConfigError
+from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM, sinusoidal_positions
-from zoo.registry import register_model, register_preset
 
 __all__ = ["ImageTransformerConfig", "ImageTransformerLM", "coordinate_encodings"]
 

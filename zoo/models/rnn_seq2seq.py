@@ -50,8 +50,8 @@ from zoo.attention.mappings import CONSTRAINED, MappingName, map_scores
 from zoo.attention.scores import ScoreName, build_score
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
-from zoo.pretrained import PretrainedMixin
-from zoo.registry import register_model, register_preset
+from zoo.models.base import PretrainedMixin
+from zoo.models.registry import register_model, register_preset
 
 __all__ = ["LSTMSeq2Seq", "LSTMSeq2SeqConfig", "RNNSeq2SeqCache"]
 

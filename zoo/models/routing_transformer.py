@@ -29,8 +29,8 @@ from torch import Tensor, nn
 from zoo.attention import RoutingSelfAttention
 from zoo.attention.routing import RoutingMode
 from zoo.errors import ConfigError
+from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM
-from zoo.registry import register_model, register_preset
 
 __all__ = ["RoutingTransformerConfig", "RoutingTransformerLM", "future_dependence"]
 

@@ -30,9 +30,9 @@ from zoo.attention.functional import masked_attention
 from zoo.attention.mappings import CONSTRAINED, MappingName
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
+from zoo.models.base import PretrainedMixin
+from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import FeedForward, sinusoidal_positions
-from zoo.pretrained import PretrainedMixin
-from zoo.registry import register_model, register_preset
 
 __all__ = ["Seq2SeqCache", "TransformerSeq2Seq", "TransformerSeq2SeqConfig"]
 

@@ -36,8 +36,8 @@ from torch import Tensor, nn
 
 from zoo.attention import HeadGroup, SparseSelfAttention, get_pattern
 from zoo.errors import ConfigError
+from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM
-from zoo.registry import register_model, register_preset
 
 __all__ = ["SparseTransformerConfig", "SparseTransformerLM"]
 

@@ -36,8 +36,8 @@ from zoo.attention import KVCache, LayerKVCache
 from zoo.attention.mechanisms import build_attention
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
-from zoo.pretrained import PretrainedMixin
-from zoo.registry import register_model, register_preset
+from zoo.models.base import PretrainedMixin
+from zoo.models.registry import register_model, register_preset
 
 __all__ = ["FeedForward", "TransformerBlock", "TransformerConfig", "TransformerLM"]
 
@@ -305,6 +305,21 @@ register_preset(
         **_BYTE, max_seq_len=256, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.0
     ),
     "byte-level, 4 layers, d=256: trains on 2 CPU cores in minutes",
+)
+register_preset(
+    "transformer_lm_small_sparsemax",
+    TransformerLM,
+    TransformerConfig(
+        **_BYTE,
+        max_seq_len=256,
+        d_model=256,
+        n_layers=4,
+        n_heads=4,
+        d_ff=1024,
+        dropout=0.0,
+        attention="sparsemax",  # zoo/attention/mechanisms/sparsemax.py
+    ),
+    "transformer_lm_small with sparsemax attention (Martins & Astudillo 2016)",
 )
 register_preset(
     "transformer_lm_small_rotary",

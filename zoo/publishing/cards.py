@@ -128,7 +128,7 @@ def trained_context(facts: dict[str, Any], context: int) -> int:
 def structure_of(config: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """The registry's ``structure`` of a saved model: its config's ``structure()`` (``config``
     is ``config.json``'s content) and the ``trained_context`` of its training facts."""
-    from zoo.registry import get_model_class
+    from zoo.models.registry import get_model_class
 
     cls = get_model_class(config["model_type"])
     structure = cls.config_class.from_dict(config["config"]).structure()  # type: ignore[attr-defined]
@@ -169,7 +169,7 @@ def model_card(
     samples; ``bench`` (the text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on
     time and memory by sequence length.
     """
-    from zoo.registry import get_preset
+    from zoo.models.registry import get_preset
 
     card = TASK_CARDS[task]
     model_type = config["model_type"]

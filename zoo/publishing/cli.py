@@ -582,8 +582,8 @@ def _dataset_of(source: str) -> str:
     """The data set a source was trained on: a published checkpoint's, a Lightning run's (its
     data module's ``dataset``), else ``pg19mini``."""
     from zoo.errors import ZooError
-    from zoo.evaluation import find_checkpoint
     from zoo.hub import load_registry
+    from zoo.pretrained import find_checkpoint
 
     try:
         ckpt = find_checkpoint(source)

@@ -210,7 +210,7 @@ def _previous_version(parent: str | None, name: str | None) -> dict[str, Any] | 
     GPU model's second stage), not a fine-tune into another model. ``None`` otherwise."""
     if not parent or not name:
         return None
-    from zoo.pretrained import explicit_path
+    from zoo.files import explicit_path
 
     folder = explicit_path(parent)
     if folder is None:
@@ -336,9 +336,10 @@ def export_run(
         ``bench`` has no ``bench.md``; ChecksumError: the saved
         model does not match its manifest; ConfigError: no recipe file.
     """
-    from zoo.by_context import BY_CONTEXT_FILES, load_context_profile
-    from zoo.evaluation import BY_POSITION_FILES, find_checkpoint, load_task
+    from zoo.loading import load_task
+    from zoo.pretrained import find_checkpoint
     from zoo.probes import COPY_PROBE_FILES, load_copy_probe
+    from zoo.profiles import BY_CONTEXT_FILES, BY_POSITION_FILES, load_context_profile
 
     saved = Path(source)
     ckpt_path = find_checkpoint(source)
@@ -359,7 +360,8 @@ def export_run(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if ckpt_path is None:
-        from zoo.pretrained import MANIFEST_NAME, from_pretrained
+        from zoo.files import MANIFEST_NAME
+        from zoo.pretrained import from_pretrained
 
         model = from_pretrained(
             saved.resolve()
@@ -468,7 +470,7 @@ def _warn_local_source(out: Path, stem: str, name: str, flag: str | None = None)
     """Warn when the profile copied to ``out/<stem>.*`` calls the model by a local path: those
     files are published as measured (the card names ``name``). ``flag``: the ``zoo evaluate``
     option that measures it (default ``--<stem>``, dashed)."""
-    from zoo.pretrained import explicit_path
+    from zoo.files import explicit_path
 
     source = _profile_source(out, stem)
     if source is None or explicit_path(source) is None:
@@ -537,7 +539,7 @@ def register(
     Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
     ``zoo push --update-registry`` pins the commit the push created.
     """
-    from zoo.registry import get_model_class, get_preset
+    from zoo.models.registry import get_model_class, get_preset
 
     folder = Path(folder)
     registry = registry or load_registry()

@@ -26,7 +26,7 @@ from torch import Tensor
 from zoo.errors import CheckpointError, ConfigError
 from zoo.generation import generate
 from zoo.metrics import BitsPerByte
-from zoo.registry import create_model
+from zoo.models.registry import create_model
 
 __all__ = ["CausalLM", "lr_lambda"]
 
@@ -68,8 +68,8 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
     """
     import dataclasses
 
+    from zoo.models.registry import get_preset
     from zoo.pretrained import find_checkpoint, from_pretrained
-    from zoo.registry import get_preset
 
     ckpt = find_checkpoint(source)  # a run directory or .ckpt: a first stage of this recipe
     if ckpt is None:

@@ -31,7 +31,7 @@ from torchmetrics.text import SacreBLEUScore
 from zoo.beam_search import translate_ids
 from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
-from zoo.registry import create_model
+from zoo.models.registry import create_model
 from zoo.tasks.causal_lm import lr_lambda
 
 __all__ = ["Translation", "bleu_signature"]

@@ -2,13 +2,15 @@
 
 A mechanism is a builder ``(config, layer) -> module``; the module is called as
 ``attention(x, cache) -> (B, T, C)``, like :class:`~zoo.attention.CausalSelfAttention`. Each lives
-in its own file of this package, which registers it (and, if it likes, presets that use it):
+in its own file of this package, which registers it:
 
     @register_attention("sparsemax")
     def build_sparsemax(config, layer): ...
 
-Every module here is imported when :mod:`zoo.models` is (:func:`load_mechanisms`), so adding a
-mechanism is adding one file: the model registry and the registry-driven tests pick up its presets.
+Every module here is imported when a model first builds its attention (:func:`load_mechanisms`), so
+adding a mechanism is adding one file; ``create_model(preset, attention=NAME)`` uses it, and a
+preset that names it is registered beside its model family (:mod:`zoo.models.transformer`). This
+layer imports nothing above :mod:`zoo.attention` (docs/architecture.md).
 
 The Sparse, Routing and Image Transformers build their attention from their own fields (patterns,
 clusters, image blocks) and take only ``attention="dense"``.

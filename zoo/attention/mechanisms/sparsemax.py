@@ -7,7 +7,8 @@ mechanism for the contexts of a few hundred positions, like ``transformer_lm_sma
 dropout on the probabilities (it would break their sparsity); the residual and embedding dropout of
 the config stay.
 
-Preset: ``transformer_lm_small_sparsemax``, ``transformer_lm_small`` with this attention.
+Preset: ``transformer_lm_small_sparsemax`` (:mod:`zoo.models.transformer`), ``transformer_lm_small``
+with this attention.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from torch import nn
 
 from zoo.attention.dense import CausalSelfAttention
 from zoo.attention.mechanisms import register_attention
-from zoo.models.transformer import TransformerLM
-from zoo.registry import get_preset, register_preset
 
 
 @register_attention("sparsemax")
@@ -26,11 +25,3 @@ def build_sparsemax(config, layer: int) -> nn.Module:
     return CausalSelfAttention(
         c.d_model, c.n_heads, 0.0, c.bias, rotary=c.position == "rotary", mapping="sparsemax"
     )
-
-
-register_preset(
-    "transformer_lm_small_sparsemax",
-    TransformerLM,
-    get_preset("transformer_lm_small").config.replace(attention="sparsemax"),
-    "transformer_lm_small with sparsemax attention (Martins & Astudillo 2016)",
-)

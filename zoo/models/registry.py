@@ -1,11 +1,15 @@
 """The model registry: exact preset names mapped to a model class and its config.
 
-Presets are registered beside each model (``zoo/models/<family>.py``), timm-style::
+Each family registers itself when its file is imported (``zoo/models/<family>.py``), timm-style::
 
+    @register_model
+    class TransformerLM(...): ...
     register_preset("transformer_lm_small", TransformerLM, TransformerConfig(...), "...")
 
 ``create_model(name, **overrides)`` builds one; ``list_models()`` lists them. Model classes are
 also registered by their ``model_type`` so that ``from_pretrained`` can rebuild any saved model.
+Importing this module imports its package, :mod:`zoo.models`, first, and that imports every family:
+the registry is full before any of its functions can be called, without importing upward.
 """
 
 from __future__ import annotations
@@ -31,12 +35,6 @@ __all__ = [
 
 _MODEL_CLASSES: dict[str, type[nn.Module]] = {}
 _PRESETS: dict[str, Preset] = {}
-
-
-def _registered() -> None:
-    """Import the model families, which register their classes and presets (``import zoo`` is
-    lazy, so the registry fills on first use)."""
-    import zoo.models  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,6 @@ def get_preset(name: str) -> Preset:
     Raises:
         UnknownModelError: no such preset; the message suggests close names.
     """
-    _registered()
     try:
         return _PRESETS[name]
     except KeyError:
@@ -91,7 +88,6 @@ def get_preset(name: str) -> Preset:
 
 def get_model_class(model_type: str) -> type[nn.Module]:
     """The model class registered under ``model_type`` (as written in ``config.json``)."""
-    _registered()
     try:
         return _MODEL_CLASSES[model_type]
     except KeyError:
@@ -116,7 +112,6 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
 def list_models(pattern: str | None = None) -> list[str]:
     """Sorted names of registered presets, optionally filtered by a glob ``pattern``."""
-    _registered()
     names = sorted(_PRESETS)
     if pattern is not None:
         names = [n for n in names if fnmatch.fnmatchcase(n, pattern)]

@@ -1,0 +1,76 @@
+"""The LightningModule or model behind any source a command takes: a Lightning ``.ckpt``, a run
+directory, or anything :func:`zoo.from_pretrained` loads (a published name, a Hub repo id, a
+``save_pretrained`` folder). Above :mod:`zoo.tasks` and :mod:`zoo.pretrained`; below the
+measurements (:mod:`zoo.evaluation`, :mod:`zoo.by_context`, :mod:`zoo.probes`) and the commands.
+"""
+
+from __future__ import annotations
+
+import os
+
+from zoo.errors import CheckpointError, ConfigError
+from zoo.pretrained import find_checkpoint
+
+__all__ = ["checkpoint_task", "extended", "load_task"]
+
+
+def checkpoint_task(path: str | os.PathLike):
+    """The :mod:`zoo.tasks` class a Lightning checkpoint was saved from (its hyperparameters'
+    ``_class_path``), read without running any of its code; ``None`` if it names none."""
+    import torch
+
+    from zoo import tasks
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        class_path = str(ckpt["hyper_parameters"]["_class_path"])
+    except Exception:
+        return None
+    module, _, name = class_path.rpartition(".")
+    return getattr(tasks, name, None) if module.startswith("zoo.tasks") else None
+
+
+def load_task(source: str | os.PathLike, task_cls=None):
+    """The LightningModule of ``source``: for a ``.ckpt`` or a run directory, the task it was
+    saved from; for anything :func:`zoo.from_pretrained` takes (published name, repo id,
+    ``save_pretrained`` directory), a ``task_cls`` (default :class:`~zoo.tasks.CausalLM`) around it.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be loaded, or is of another task than ``task_cls``
+            (a translation checkpoint where a language model is measured).
+    """
+    from zoo.tasks import CausalLM
+
+    ckpt = find_checkpoint(source)
+    if ckpt is None:
+        return (task_cls or CausalLM)(init_from=str(source))
+    saved = checkpoint_task(ckpt)
+    if task_cls is not None and saved is not None and not issubclass(saved, task_cls):
+        raise CheckpointError(
+            f"{ckpt} is a checkpoint of {saved.__name__}, not {task_cls.__name__}: "
+            + ("measure it on a parallel corpus (--dataset multi30k)." if saved.__name__ ==
+               "Translation" else "measure it on the data set it was trained for.")
+        )  # fmt: skip
+    task_cls = saved or task_cls or CausalLM
+    try:
+        return task_cls.load_from_checkpoint(ckpt, map_location="cpu")
+    except Exception as e:
+        raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
+
+
+def extended(model, context: int, name: str):
+    """A copy of ``model`` that accepts windows of ``context`` bytes, with the same weights
+    (:meth:`~zoo.models.transformer.TransformerLM.extended`).
+
+    Raises:
+        ConfigError: the model's positions end at its ``max_seq_len``.
+    """
+    c = model.config
+    if not getattr(model, "extends_context", False):
+        position = getattr(c, "position", None)
+        kind = f"{position} positions" if position else "positions"
+        raise ConfigError(
+            f"{name} has {kind} for {c.max_seq_len} bytes only (max_seq_len={c.max_seq_len}); "
+            f"use --context {c.max_seq_len} or less, or a model with rotary positions"
+        )
+    return model.extended(context)

@@ -1,0 +1,198 @@
+"""The measured profiles of a model, as data: bits per byte by position in the window
+(:class:`PositionProfile`, ``zoo evaluate --by-position``) and by context length
+(:class:`ContextProfile`, ``--by-context``), and their readers. Below the code that measures them
+(:mod:`zoo.evaluation`, :mod:`zoo.by_context`) and the code that draws them (:mod:`zoo.drawing`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.errors import CheckpointError, ConfigError
+
+__all__ = [
+    "BY_CONTEXT_FILES",
+    "BY_POSITION_FILES",
+    "ContextProfile",
+    "PositionProfile",
+    "default_contexts",
+    "load_context_profile",
+    "load_position_profile",
+    "read_profile",
+]
+
+BY_POSITION_FILES = ("by_position.md", "by_position.json", "by_position.png")
+
+
+BY_CONTEXT_FILES = ("by_context.md", "by_context.json", "by_context.png")
+
+
+@dataclass(frozen=True)
+class PositionProfile:
+    """Bits per byte by position of the predicted byte in its evaluation window.
+
+    Bucket ``i`` holds the positions ``edges[i] <= t < edges[i + 1]``; ``bits[i]`` is its bits per
+    byte (``None`` if no byte was scored there) over ``counts[i]`` scored bytes. Positions
+    ``t >= max_seq_len`` (the trained length) are extrapolation; ``extrapolated`` says whether the
+    profile has any (``context > max_seq_len``).
+    """
+
+    source: str
+    dataset: str
+    split: str
+    max_seq_len: int  # the length the model was trained on
+    context: int  # the evaluation window
+    extrapolated: bool
+    edges: tuple[int, ...]
+    bits: tuple[float | None, ...]
+    counts: tuple[int, ...]
+    bits_per_byte: float  # over every scored byte
+    targets: int  # bytes scored
+    windows: int  # windows measured
+    stride: int | None = None  # sliding windows: one every `stride` bytes (None: non-overlapping)
+
+    def __post_init__(self) -> None:
+        for name in ("edges", "bits", "counts"):  # from JSON: lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def bucket_extrapolated(self, i: int) -> bool:
+        """Whether bucket ``i`` holds positions past the trained length."""
+        return self.edges[i + 1] > self.max_seq_len
+
+    @property
+    def centres(self) -> tuple[float, ...]:
+        """The middle of each bucket (``(lo + hi) / 2``, positive: fit for a log axis)."""
+        return tuple((lo + hi) / 2 for lo, hi in zip(self.edges[:-1], self.edges[1:], strict=True))
+
+    def rows(self) -> list[tuple[str, int, float | None, bool]]:
+        """``(positions, bytes scored, bits/byte, extrapolated)`` per bucket, for tables."""
+        return [
+            (f"{lo}–{hi - 1}", n, b, self.bucket_extrapolated(i))
+            for i, (lo, hi, n, b) in enumerate(
+                zip(self.edges[:-1], self.edges[1:], self.counts, self.bits, strict=True)
+            )
+        ]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ContextProfile:
+    """Bits per byte of the same target bytes at several context lengths.
+
+    ``bits[i]`` is the bits per byte of all ``targets`` target bytes when the model is given
+    windows of ``contexts[i]`` bytes (every byte predicted from ``min_context[i]`` to
+    ``contexts[i]`` bytes). ``gain[i]`` is ``bits[i] - bits[-1]``: what the largest context saves
+    over this one, in bits per byte, and ``gain_se[i]`` its standard error over the ``blocks``
+    target blocks (the paired differences of each block's bits per byte; blocks of one book are
+    not independent, so read it as a lower bound). ``block_bits[i][b]`` is block ``b``'s bits per
+    byte at context ``i``, for paired comparisons between contexts or models
+    (:func:`paired_difference`). Contexts past ``max_seq_len`` (the trained length) are
+    extrapolation.
+    """
+
+    source: str
+    dataset: str
+    split: str
+    max_seq_len: int
+    contexts: tuple[int, ...]
+    min_context: tuple[int, ...]
+    bits: tuple[float, ...]
+    gain: tuple[float, ...]
+    gain_se: tuple[float, ...]
+    target_len: int  # target bytes per block
+    block_spacing: int  # one block at the end of every window of this many bytes
+    blocks: int
+    targets: int  # target bytes, the same at every context
+    block_bits: tuple[tuple[float, ...], ...] = ()  # per context, each block's bits per byte
+
+    def __post_init__(self) -> None:
+        for name in ("contexts", "min_context", "bits", "gain", "gain_se"):  # from JSON: lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "block_bits", tuple(tuple(row) for row in self.block_bits))
+
+    def extrapolated(self, i: int) -> bool:
+        """Whether context ``i`` is longer than the model's trained windows."""
+        return self.contexts[i] > self.max_seq_len
+
+    def at(self, context: int) -> float:
+        """Bits per byte at ``context``. Raises ConfigError if it was not measured."""
+        if context not in self.contexts:
+            raise ConfigError(
+                f"context {context} was not measured; measured: {list(self.contexts)}"
+            )
+        return self.bits[self.contexts.index(context)]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def command(self, source: str | None = None) -> str:
+        """The ``zoo evaluate`` command that measures this profile again for ``source`` (default
+        :attr:`source`): the same contexts, blocks and split, so the same bytes (``--blocks``,
+        if it was given, is not recorded)."""
+        args = [f"zoo evaluate {source or self.source} --by-context"]
+        if self.contexts != default_contexts(self.max_seq_len):
+            args.append(" ".join(str(c) for c in self.contexts))
+        if self.split != "test":
+            args.append(f"--split {self.split}")
+        if self.target_len != 256:
+            args.append(f"--target-len {self.target_len}")
+        args.append(f"--block-spacing {self.block_spacing}")
+        return " ".join(args)
+
+
+def default_contexts(max_seq_len: int, smallest: int = 64) -> tuple[int, ...]:
+    """Powers of two from ``smallest`` up to ``max_seq_len``, and ``max_seq_len`` itself."""
+    out, c = [], smallest
+    while c < max_seq_len:
+        out.append(c)
+        c *= 2
+    return (*out, max_seq_len)
+
+
+def load_position_profile(path: str | os.PathLike) -> PositionProfile:
+    """The profile :func:`save_position_profile` wrote to ``path`` (``by_position.json``, or the
+    folder holding it).
+
+    Raises:
+        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
+    """
+    return read_profile(path, PositionProfile, "by_position.json", "--by-position")
+
+
+def load_context_profile(path: str | os.PathLike) -> ContextProfile:
+    """The profile :func:`save_context_profile` wrote to ``path`` (``by_context.json`` or its
+    folder).
+
+    Raises:
+        CheckpointError: the file does not exist, or is not a profile (corrupt JSON, other fields).
+    """
+    return read_profile(path, ContextProfile, "by_context.json", "--by-context")
+
+
+def read_profile(path: str | os.PathLike, cls: type, file_name: str, flag: str):
+    """``cls(**json)`` from ``path`` (``file_name``, or the folder holding it): the loader of the
+    profiles that ``zoo evaluate SOURCE FLAG`` saves.
+
+    Raises:
+        CheckpointError: the file does not exist, or is not such a profile.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / file_name
+    try:
+        return cls(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path} does not exist: measure it first (zoo evaluate SOURCE {flag})."
+        ) from None
+    except (ValueError, TypeError) as e:  # not JSON, or not the profile's fields
+        raise CheckpointError(
+            f"{path} is not a {flag.removeprefix('--')} profile ({type(e).__name__}: {e}): "
+            f"measure it again (zoo evaluate SOURCE {flag})."
+        ) from None
