@@ -57,8 +57,15 @@ def test_kernels_import_nothing_of_zoo_but_themselves():
     upward = []
     for path in sorted((REPO / "kernels").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else []
+                )
+            )
             upward += [f"{path.name}: {n}" for n in names
                        if n.split(".")[0] == "zoo" and not n.startswith("zoo.kernels")]  # fmt: skip
     assert upward == []
@@ -83,7 +90,9 @@ def test_a_mechanism_registered_outside_zoo_trains_one_step_through_zoo_fit(tmp_
            "--model.model_config={attention: entmax15}", "--trainer.max_steps=1",
            "--trainer.val_check_interval=1", "--trainer.limit_val_batches=1",
            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]  # fmt: skip
-    code = _doc_blocks()[0] + f"""
+    code = (
+        _doc_blocks()[0]
+        + f"""
 import torch
 from zoo.cli import main
 from zoo.tasks import CausalLM
@@ -97,13 +106,16 @@ print(task.global_step if hasattr(task, "global_step") else "", type(task.model)
       {{b.attention.mapping for b in task.model.blocks}},
       torch.load(ckpt, weights_only=False)["global_step"])
 """
+    )
     out = _run(code, tmp_path).split()
     assert out[-3:] == ["TransformerLM", "{'entmax15'}", "1"], out
 
 
 def test_a_family_in_one_file_builds_saves_and_loads(tmp_path):
     """docs/architecture.md's family: registered by its own file, saved and loaded by model_type."""
-    code = _doc_blocks()[1] + """
+    code = (
+        _doc_blocks()[1]
+        + """
 import torch
 import zoo
 assert zoo.list_models("my_lm*") == ["my_lm_small"]
@@ -114,4 +126,16 @@ again = zoo.from_pretrained("./saved")
 torch.testing.assert_close(again(x), model(x))
 print(type(again).__name__, model.blocks[0].attention.groups[0].pattern.name)
 """
+    )
     assert _run(code, tmp_path).split() == ["MyLM", "local(window=6)"]
+
+
+def test_every_module_of_zoo_has_a_layer():
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = config["contracts"]
+    placed = {m.strip() for layer in contract["layers"] for m in layer.split("|")}
+    tops = {f"zoo.{p.stem}" for p in (REPO / "zoo").iterdir()
+            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert tops - placed == set(), "a module of zoo/ without a layer: add it to pyproject.toml"

@@ -8,7 +8,7 @@ import torch
 import yaml
 from lightning import LightningDataModule, LightningModule
 
-from zoo.cli import ZooCLI
+from zoo.commands.lightning import ZooCLI
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/transformer_lm/pg19mini_v1.yaml"
@@ -248,7 +248,7 @@ def test_evaluate_without_data_names_its_own_flag(capsys, tmp_path, monkeypatch)
 
 
 def test_config_takes_a_packaged_recipe_name_or_inline_yaml():
-    from zoo.cli import with_packaged_config
+    from zoo.commands.lightning import with_packaged_config
 
     out = with_packaged_config(["fit", "--config", "transformer_lm/pg19mini_v1"])
     assert Path(out[2]).is_file() and out[2].endswith("transformer_lm/pg19mini_v1.yaml")

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import zoo
+from zoo.commands.listing import _readme_with_table, markdown_table
 from zoo.evaluation import evaluate, remeasure
 from zoo.hub import load_registry, sha256_file
 from zoo.models.registry import get_preset
 from zoo.probes import COPY_PROBE_FILES, default_distances, gain_metric, load_copy_probe
 from zoo.publishing import structure_of
-from zoo.publishing.cli import _readme_with_table, markdown_table
 
 # retired checkpoints are loaded and re-measured like the others: their one warning is expected
 pytestmark = pytest.mark.filterwarnings("ignore::zoo.errors.RetiredCheckpointWarning")

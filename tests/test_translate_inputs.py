@@ -101,7 +101,7 @@ def test_python_and_the_cli_default_to_the_published_checkpoints_decoding(
 
     monkeypatch.setattr(zoo.beam_search, "translate_ids", recording)
     model.published_name = PUBLISHED  # as from_pretrained records it, on a tiny model for speed
-    monkeypatch.setattr("zoo.cli.load_model", lambda *args, **kwargs: model)
+    monkeypatch.setattr("zoo.commands.translate.load_model", lambda *args, **kwargs: model)
     for given, flags in [({}, []), ({"alpha": 0.3, "beam_size": 2}, ["--alpha", "0.3",
                                                                       "--beam-size", "2"])]:  # fmt: skip
         seen.clear()

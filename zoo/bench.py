@@ -29,7 +29,6 @@ naming the checkpoint and the hardware, then the table), ``bench.json`` and ``be
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ctypes
 import ctypes.util
@@ -38,7 +37,6 @@ import gc
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -49,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.errors import ConfigError, ZooError
+from zoo.errors import ConfigError
 from zoo.lineage import device_name
 
 __all__ = [
@@ -57,7 +55,6 @@ __all__ = [
     "BenchCard",
     "BenchRow",
     "bench_lengths",
-    "bench_main",
     "benchmark",
     "measure_length",
     "render_markdown",
@@ -511,75 +508,3 @@ def write_card(card: BenchCard, out_dir: str | Path) -> list[Path]:
     paths[1].write_text(json.dumps(card.to_dict(), indent=1) + "\n")
     _plot(card, paths[2])
     return paths
-
-
-def _default_out_dir(name: str) -> Path:
-    """``bench/<name>``: a folder's own name, or a repo id with ``/`` as ``--``."""
-    from zoo.files import explicit_path
-
-    local = explicit_path(name)
-    return Path("bench") / (local.resolve().name if local is not None else name.replace("/", "--"))
-
-
-# --- zoo bench -------------------------------------------------------------------------------------
-def bench_main(args: list[str]) -> None:
-    """``zoo bench NAME``: measure, print a table, write the card (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="zoo bench",
-        description="Measure a checkpoint on this machine: forward time, generation tokens/s and "
-        "training-step time, with peak memory, over sequence lengths from 256 doubling to its "
-        "context. Writes bench.md, bench.json and bench.png.",
-    )
-    parser.add_argument("name", help="a published checkpoint (`zoo list`), a Hub repo id or a "
-                        "save_pretrained folder (./folder)")  # fmt: skip
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda or cuda:N (default: cuda if this machine has one)")  # fmt: skip
-    parser.add_argument(
-        "--precision",
-        "--dtype",
-        default="32-true",
-        choices=list(PRECISIONS),
-        help="32-true (fp32, default); bf16-mixed is `zoo fit`'s default on GPUs with bf16 and "
-        "CPUs with AVX512-BF16 or AMX",
-    )
-    parser.add_argument("--lengths", type=int, nargs="+", metavar="N", help="sequence lengths (default: 256 "
-                        "doubling to the context, the context last)")  # fmt: skip
-    parser.add_argument("--new-tokens", type=int, default=64, metavar="N", help="tokens decoded (timed) "
-                        "for generation; the prompt is the length minus these")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs; the median is shown")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
-    parser.add_argument(
-        "--threads", type=int, metavar="N", help="torch CPU threads (default: torch's)"
-    )
-    parser.add_argument("--out-dir", type=Path, help="default: bench/<name>")
-    ns = parser.parse_args(args)
-    if ns.threads is not None:
-        if ns.threads < 1:
-            parser.exit(2, f"zoo bench: error: --threads must be >= 1, got {ns.threads}\n")
-        torch.set_num_threads(ns.threads)
-    from zoo.precision import slow_precision_warning
-
-    slow = slow_precision_warning(ns.precision) if ns.device == "cpu" else None
-    if slow is not None:
-        print(f"zoo bench: warning: {slow}", file=sys.stderr)
-    try:
-        card = benchmark(
-            ns.name, device=ns.device, precision=ns.precision, lengths=ns.lengths,
-            new_tokens=ns.new_tokens, warmup=ns.warmup, repeats=ns.repeats, progress=True,
-        )  # fmt: skip
-    except ZooError as e:
-        parser.exit(2, f"zoo bench: error: {e}\n")
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title=f"{_title(card)}\n{card.precision}, torch {card.torch_version}",
-        caption="ms: median time; tok/s: cached decoding; MiB: peak memory above the model",
-    )
-    for _, header, _, _ in COLUMNS:
-        table.add_column(header, justify="right")
-    for cells in _table_rows(card):
-        table.add_row(*cells)
-    Console().print(table)
-    paths = write_card(card, ns.out_dir or _default_out_dir(ns.name))
-    print(f"wrote {', '.join(str(p) for p in paths)}")

@@ -7,11 +7,12 @@ measurements (:mod:`zoo.evaluation`, :mod:`zoo.by_context`, :mod:`zoo.probes`) a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from zoo.errors import CheckpointError, ConfigError
 from zoo.pretrained import find_checkpoint
 
-__all__ = ["checkpoint_task", "extended", "load_task"]
+__all__ = ["TASK_COMMANDS", "checkpoint_task", "extended", "load_model", "load_task"]
 
 
 def checkpoint_task(path: str | os.PathLike):
@@ -74,3 +75,52 @@ def extended(model, context: int, name: str):
             f"use --context {c.max_seq_len} or less, or a model with rotary positions"
         )
     return model.extended(context)
+
+
+# what each task's checkpoints are, and the command that uses them
+TASK_COMMANDS = {
+    "CausalLM": "a language model: use `zoo generate`",
+    "ImageLM": "an image model: use `zoo sample`",
+    "Translation": "a translation model: use `zoo translate`",
+}
+
+
+def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
+    """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM``,
+    ``ImageLM`` or ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name,
+    Hub repo id, pretrained directory).
+
+    Raises:
+        CheckpointError: a missing or unreadable ``.ckpt``, or a model of the wrong kind (a
+            language model given to ``zoo translate``, or a translation model to ``zoo generate``).
+    """
+    from zoo import tasks
+    from zoo.errors import CheckpointError
+    from zoo.loading import checkpoint_task
+    from zoo.pretrained import from_pretrained
+
+    path = Path(checkpoint)
+    if path.suffix != ".ckpt" or path.is_dir():
+        model = from_pretrained(checkpoint, device=device)
+    else:
+        if not path.is_file():
+            raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")
+        try:
+            module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
+        except Exception as e:
+            saved = getattr(checkpoint_task(path), "__name__", None)
+            if saved in TASK_COMMANDS and saved != task:
+                raise CheckpointError(
+                    f"{checkpoint} is a checkpoint of {saved}, {TASK_COMMANDS[saved]}."
+                ) from None
+            raise CheckpointError(
+                f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
+            ) from None
+        model = module.model.eval()
+    seq2seq = getattr(model, "is_encoder_decoder", False)
+    if seq2seq != (task == "Translation"):
+        raise CheckpointError(
+            f"{checkpoint} is {'a translation' if seq2seq else 'a language'} model: use "
+            f"`zoo {'translate' if seq2seq else 'generate'}`."
+        )
+    return model

@@ -78,9 +78,9 @@ def attention_maps(models, sentence: str, beam_size: int = 4, alpha: float = 0.6
 
 
 def main() -> None:
-    from zoo.cli import load_model
     from zoo.data.translation import load_pairs
     from zoo.errors import ZooError
+    from zoo.loading import load_model
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(

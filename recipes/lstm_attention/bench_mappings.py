@@ -68,7 +68,7 @@ def step(model, src, tgt_in, tgt_out) -> None:
 
 def main() -> None:
     from zoo.callbacks import hardware
-    from zoo.cli import load_model
+    from zoo.loading import load_model
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tokenizer", required=True, help="a Multi30k translation checkpoint")

@@ -15,8 +15,8 @@ import argparse
 
 import torch
 
-from zoo.cli import load_model
 from zoo.data.translation import BOS_ID, load_pairs
+from zoo.loading import load_model
 
 
 def _maps(model, src, tgt) -> list:

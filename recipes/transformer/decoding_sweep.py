@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from zoo.beam_search import translate
-from zoo.cli import load_model
 from zoo.data.translation import load_pairs
+from zoo.loading import load_model
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from zoo.cli import main
+from zoo.commands.listing import _family
 from zoo.hub import load_registry
-from zoo.publishing.cli import _family
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,12 +13,12 @@ from fakes import fake_run
 
 import zoo
 from zoo.cli import main
+from zoo.commands.listing import markdown_table
 from zoo.data import ImageDataModule
 from zoo.errors import RegistryError
 from zoo.evaluation import evaluate, evaluate_images
 from zoo.hub import Metric
 from zoo.publishing import export_run, register
-from zoo.publishing.cli import markdown_table
 from zoo.tasks import ImageLM
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,6 @@ in ``checkpoints.yaml``, push it to the Hugging Face Hub.
 - :mod:`zoo.publishing.export`: ``zoo export`` (run -> Hub-ready folder), ``register``,
   ``refresh_card``.
 - :mod:`zoo.publishing.push`: ``zoo push`` and pinning the pushed revision.
-- :mod:`zoo.publishing.cli`: the checkpoint commands (list, pull, evaluate, export, push).
 
 :mod:`zoo.hub` below it only resolves, downloads and verifies published checkpoints.
 """

@@ -1,0 +1,31 @@
+"""What several commands share: the ``--device`` check, and bytes from arguments and stdin."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["checked_device", "prompt_bytes", "stdin_bytes"]
+
+
+def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
+    """``device`` if this machine has it; else exit 2 with a one-line error naming what it has
+    (:func:`zoo.pretrained.device_problem`)."""
+    from zoo.pretrained import device_problem
+
+    problem = device_problem(device, cpu="--device cpu")
+    if problem is not None:
+        parser.exit(2, f"{parser.prog}: error: --device {device!r} {problem}\n")
+    return device
+
+
+def prompt_bytes(text: str) -> bytes:
+    """The bytes of a command-line argument as the user typed them: Python decodes arguments
+    with ``surrogateescape``, so bytes that are not UTF-8 come back unchanged."""
+    return os.fsencode(text)
+
+
+def stdin_bytes() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)  # a StringIO (tests) has no bytes underneath
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")

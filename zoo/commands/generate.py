@@ -1,0 +1,142 @@
+"""``zoo generate`` (text) and ``zoo sample`` (images) from any checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from zoo.commands.common import checked_device, prompt_bytes
+from zoo.errors import ZooError
+from zoo.loading import load_model
+
+__all__ = ["generate_main", "sample_main"]
+
+
+def generate_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="zoo generate", description="Sample text from a trained model."
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a .ckpt from `zoo fit`, a published checkpoint (`zoo list`), a Hub repo id or a "
+        "save_pretrained directory",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", default="\n", help="text to continue (default: a newline); "
+                        "any bytes, UTF-8 or not: the models are byte-level")  # fmt: skip
+    source.add_argument("--prompt-file", help="continue the bytes of this file instead")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-samples", type=int, default=1)
+    parser.add_argument(
+        "--truncate-prompt",
+        action="store_true",
+        help="keep the last max_seq_len tokens of a long prompt instead of failing",
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ns = parser.parse_args(args)
+
+    from zoo.data.text import ByteTokenizer
+    from zoo.generation import generate
+
+    if ns.prompt_file is not None:
+        if not Path(ns.prompt_file).is_file():
+            parser.exit(2, f"zoo generate: error: --prompt-file {ns.prompt_file} does not exist\n")
+        data = Path(ns.prompt_file).read_bytes()
+    else:
+        data = prompt_bytes(ns.prompt)
+    if not data:
+        parser.exit(2, "zoo generate: error: the prompt is empty: give at least one byte to "
+                    "continue (the default prompt is a newline)\n")  # fmt: skip
+    if ns.num_samples < 1 or ns.max_new_tokens < 0:
+        parser.exit(2, "zoo generate: error: --num-samples must be >= 1 and --max-new-tokens "
+                    f">= 0, got {ns.num_samples} and {ns.max_new_tokens}\n")  # fmt: skip
+    checked_device(parser, ns.device)
+    try:
+        model = load_model(ns.checkpoint, ns.device)
+    except ZooError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
+    tokenizer = ByteTokenizer()
+    prompt = torch.tensor([list(data)] * ns.num_samples, device=ns.device)
+    generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
+    try:
+        out = generate(
+            model,
+            prompt,
+            ns.max_new_tokens,
+            temperature=ns.temperature,
+            top_k=ns.top_k,
+            top_p=ns.top_p,
+            generator=generator,
+            truncate_prompt=ns.truncate_prompt,
+        )
+    except ValueError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
+    for i, row in enumerate(out):
+        if ns.num_samples > 1:
+            print(f"--- sample {i} ---")
+        print(tokenizer.decode(row))
+
+
+def sample_main(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="zoo sample",
+        description="Sample images from an image model: unconditional samples, and completions of "
+        "the top half of test images, written as PNG grids.",
+    )
+    parser.add_argument("--checkpoint", required=True, help="a .ckpt from `zoo fit` (ImageLM) or "
+                        "anything zoo.from_pretrained takes")  # fmt: skip
+    parser.add_argument("--out", required=True, help="PNG of the unconditional samples; the "
+                        "completions go to <stem>_completions.png")  # fmt: skip
+    parser.add_argument("--num-samples", type=int, default=8, help="unconditional samples")
+    parser.add_argument("--completions", type=int, default=8, help="test images completed "
+                        "(0: none); rows: top half given, completion, original")  # fmt: skip
+    parser.add_argument("--dataset", default="cifar10", help="image shape and test images")
+    parser.add_argument("--data-dir", help="directory with <dataset>/ (default $ZOO_DATA_DIR)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="samples and the test images chosen")
+    parser.add_argument("--scale", type=int, default=2, help="pixels per image pixel in the PNG")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ns = parser.parse_args(args)
+
+    import numpy as np
+
+    from zoo.data.images import IMAGE_DATASETS, load_images, save_image_grid
+    from zoo.generation import sample_images
+
+    if ns.dataset not in IMAGE_DATASETS:
+        parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
+    if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
+        parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
+                    "one of them > 0\n")  # fmt: skip
+    checked_device(parser, ns.device)
+    shape = IMAGE_DATASETS[ns.dataset][0]
+    model = load_model(ns.checkpoint, ns.device, task="ImageLM")
+    generator = torch.Generator(ns.device).manual_seed(ns.seed)
+    options = dict(temperature=ns.temperature, top_k=ns.top_k, generator=generator, progress=True)
+    try:
+        if ns.num_samples:
+            samples = sample_images(model, shape, ns.num_samples, **options)
+            print(f"wrote {save_image_grid(samples, ns.out, nrow=ns.num_samples, scale=ns.scale)}")
+        if ns.completions:
+            test = load_images(ns.dataset, data_dir=ns.data_dir, splits=("test",))["test"]
+            chosen = np.sort(
+                np.random.default_rng(ns.seed).choice(len(test), ns.completions, False)
+            )
+            originals = test[chosen]
+            half = shape[0] // 2
+            done = sample_images(model, shape, prompt_images=originals, prompt_rows=half, **options)
+            given = originals.copy()
+            given[:, half:] = 0
+            grid = np.concatenate([given, done.numpy(), originals])
+            path = Path(ns.out).with_name(Path(ns.out).stem + "_completions.png")
+            print(f"wrote {save_image_grid(grid, path, nrow=ns.completions, scale=ns.scale)}")
+    except ValueError as e:
+        parser.exit(2, f"zoo sample: error: {e}\n")
