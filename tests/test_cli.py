@@ -15,7 +15,7 @@ from zoo.cli import main
 from zoo.tasks import CausalLM
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
+RECIPES = sorted([*(REPO / "recipes").rglob("*.yaml"), *(REPO / "experiments").rglob("*.yaml")])
 RECIPE = str(REPO / "recipes" / "transformer_lm" / "pg19mini.yaml")
 FAST = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
@@ -47,7 +47,7 @@ def test_there_are_recipes():
     assert Path(RECIPE) in RECIPES
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO / "recipes")))
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO)))
 def test_recipe_parses_against_the_cli(recipe, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(recipe), "--print_config"])
