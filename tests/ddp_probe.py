@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from lightning import Callback, LightningModule, Trainer
 
-from zoo.attention.routing import SphericalKMeans
+from zoo.attention.kmeans import SphericalKMeans
 
 __all__ = ["RankProbe"]
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from zoo.attention.routing import SphericalKMeans
+from zoo.attention.kmeans import SphericalKMeans
 from zoo.models.registry import create_model
 from zoo.models.transformer import TransformerBlock
 

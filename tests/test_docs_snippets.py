@@ -22,7 +22,7 @@ FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # (file, index of its python block) -> why it cannot run in the test suite
 NOT_RUN = {
     ("docs/architecture.md", 0): "registers a mechanism: tests/test_architecture.py runs it apart",
-    ("docs/architecture.md", 1): "registers a model family: tests/test_architecture.py runs it apart",
+    ("docs/architecture.md", 1): "registers a family: tests/test_architecture.py runs it apart",
     ("docs/attention_mechanisms.md", 0): "registers an attention named like a built-in one",
     ("docs/checkpoints.md", 0): "a CUDA device and Hub repo ids",
     ("docs/checkpoints.md", 1): "one call, run in tests/test_pretrained.py",

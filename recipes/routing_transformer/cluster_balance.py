@@ -44,7 +44,7 @@ from rich.progress import track
 from torch import nn
 
 from zoo.attention import RoutingSelfAttention
-from zoo.attention.routing import SphericalKMeans
+from zoo.attention.kmeans import SphericalKMeans
 from zoo.data.text import RandomWindows, load_byte_corpus
 from zoo.errors import ZooError
 

@@ -390,15 +390,15 @@ def test_a_two_means_split_survives_an_eigensolver_failure(monkeypatch):
     """LAPACK's eigh can fail to converge on the covariance of near-identical members (it stopped
     a training run whose layer-0 routing queries depend on the byte alone). The split then starts
     its Lloyd steps from the two centroids, and still separates two groups."""
-    from zoo.attention import routing
+    from zoo.attention import kmeans
 
     def fail(*args, **kwargs):
         raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
 
-    monkeypatch.setattr(routing.torch.linalg, "eigh", fail)
+    monkeypatch.setattr(kmeans.torch.linalg, "eigh", fail)
     x = F.normalize(torch.tensor([[1.0, 0.3, 0.0]] * 5 + [[1.0, -0.3, 0.0]] * 3), dim=-1)
     a, b = F.normalize(torch.tensor([1.0, 0.1, 0.0]), dim=0), torch.tensor([1.0, -0.1, 0.0])
-    a, b = routing.two_means(x, a, F.normalize(b, dim=0), iters=3)
+    a, b = kmeans.two_means(x, a, F.normalize(b, dim=0), iters=3)
     torch.testing.assert_close(a, x[0])
     torch.testing.assert_close(b, x[-1])
 

@@ -4,9 +4,10 @@
 from zoo.attention.cache import KVCache, LayerKVCache
 from zoo.attention.dense import CausalSelfAttention, MultiHeadAttention
 from zoo.attention.functional import attend, local_attention, masked_attention
+from zoo.attention.kmeans import SphericalKMeans
 from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.attention.relative import RelativePositions
-from zoo.attention.routing import RoutingSelfAttention, SphericalKMeans
+from zoo.attention.routing import RoutingSelfAttention
 from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 
 __all__ = [
