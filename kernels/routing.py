@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from zoo.kernels.sdpa import sdpa
+from zoo.kernels.softmax import masked_softmax
 
 __all__ = [
     "flat_positions",
@@ -148,6 +149,5 @@ def routing_attention_torch(
         allowed = allowed.view(B, H * n_clusters, w, w)
         with torch.autocast(q.device.type, enabled=False):
             s = (qc.float() @ kc.float().transpose(-1, -2)) * (D**-0.5 if scale is None else scale)
-            p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
-            y = (p @ vc.float()).to(vc.dtype)
+            y = (masked_softmax(s, allowed) @ vc.float()).to(vc.dtype)
     return scatter_mean(y.view(B, H, n_clusters, w, -1), q_idx, T)

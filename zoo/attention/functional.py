@@ -63,6 +63,7 @@ from zoo.kernels import (
     sdpa,
     segment_attention,
 )
+from zoo.kernels.softmax import masked_softmax
 
 if TYPE_CHECKING:
     from zoo.attention.relative import RelativePositions
@@ -287,11 +288,11 @@ def masked_attention(
         if relative is not None:
             assert distance is not None, "relative positions need the distances"
             s, dist = relative.add_scores(qf, s, distance)
-        s = (s * scale).masked_fill(~allowed, float("-inf"))
+        s = s * scale
         if mapping == "softmax":
-            p = torch.softmax(s, -1).nan_to_num(0.0)
+            p = masked_softmax(s, allowed)
         else:
-            p = map_scores(s, mapping, upper=upper, lam=lam)
+            p = map_scores(s.masked_fill(~allowed, float("-inf")), mapping, upper=upper, lam=lam)
         out = p @ v.float()
         if relative is not None:
             out = out + relative.values_of(p, dist)

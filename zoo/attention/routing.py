@@ -40,6 +40,7 @@ from zoo.attention.relative import RelativePositions
 from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
+from zoo.kernels.softmax import masked_softmax
 
 __all__ = ["RoutingMode", "RoutingSelfAttention", "causal_routing_stats"]
 
@@ -88,7 +89,7 @@ def causal_routing_stats(
         back = index[..., None] - with_previous(index, -T)[..., None, :]  # sorted steps back
         same = segment[..., None] == with_previous(segment, -1)[..., None, :]
         allowed = same & (back >= 0) & (back < C) & (segment[..., None] >= 0)
-        p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+        p = masked_softmax(s, allowed)
         distance = position[..., None] - with_previous(position, 0)[..., None, :]
         far = (p * (distance >= window)).sum((2, 3, 4)) / T  # padding queries' rows are all 0
         members = allowed.sum(-1)
@@ -289,9 +290,9 @@ class RoutingSelfAttention(nn.Module):
         distance = q_idx[..., :, None] - k_idx[..., None, :]  # (B, h, k, w, w)
         with torch.autocast(q.device.type, enabled=False):  # fp32 scores under bf16-mixed
             s = (qc @ kc.transpose(-1, -2)) * q.shape[-1] ** -0.5
-        p = torch.softmax(s.masked_fill(distance < 0, float("-inf")), -1)
+        p = masked_softmax(s, distance >= 0)
         far = (p * (distance >= self.window)).sum(-1)  # (B, h, k, w)
-        return {"far_share": far.nan_to_num(0.0).mean()}
+        return {"far_share": far.mean()}
 
     def far_share(self) -> Tensor | None:
         """``routing_stats()["far_share"]``, or ``None`` before a routed training step."""
