@@ -14,14 +14,19 @@ from zoo import create_model
 equal_budget = recipe_module("experiments/long_range/equal_budget.py")
 
 
-@pytest.mark.parametrize("name", list(equal_budget.RUNS))
-def test_every_run_builds_a_model_of_the_shared_size(name):
-    preset, overrides, _ = equal_budget.RUNS[name]
-    assert not set(overrides) & set(equal_budget.SIZE), "a run may not change the shared size"
-    model = create_model(preset, **equal_budget.SIZE, **overrides)
-    config = yaml.safe_load(equal_budget.BASE.read_text())
+BASES = [equal_budget.BASE, *(equal_budget.HERE / name for name in equal_budget.TABLES)]
+EVERY_RUN = [(base, name) for base in BASES for name in equal_budget.runs_of(base)]
+
+
+@pytest.mark.parametrize(("base", "name"), EVERY_RUN, ids=lambda x: getattr(x, "name", x))
+def test_every_run_builds_a_model_of_the_shared_size(base, name):
+    preset, overrides, _ = equal_budget.runs_of(base)[name]
+    size = equal_budget.size_of(base)
+    assert not set(overrides) & set(size), "a run may not change the shared size"
+    model = create_model(preset, **size, **overrides)
+    config = yaml.safe_load(base.read_text())
     assert model.config.max_seq_len == config["data"]["init_args"]["seq_len"]
-    for key, value in equal_budget.SIZE.items():
+    for key, value in size.items():
         assert getattr(model.config, key) == value
     logits = model(torch.randint(0, 256, (1, 64)))
     assert logits.shape == (1, 64, 256)

@@ -1,7 +1,8 @@
 """Equal-budget runs on multi-query associative recall: which attention retrieves from how far back
 (issue 53, item 3; docs/long_context.md §9).
 
-Every run is ``zoo fit`` on ``mqar_1024.yaml`` beside this file: the same model size (2 layers,
+Every run is ``zoo fit`` on a base config beside this file (``--base``: ``mqar_1024.yaml``, or
+``copy_1024.yaml`` for the copy task): the same model size (2 layers,
 d = 128, 4 heads, d_ff = 512, context 1,024, rotary positions), the same training examples (the
 same seed: steps x 8 sequences of 1,024 bytes), the same 256 test sequences; only the attention
 differs (``RUNS``).
@@ -72,13 +73,51 @@ RUNS = {
         "Sparse Transformer fixed pattern, stride 128, c = 32, merged heads",
     ),
 }  # fmt: skip
+# the copy task at 256 bytes (copy_256.yaml): local windows of 32, below every distance (96-160)
+RUNS_256 = {
+    "dense_256": (
+        "routing_transformer_small_dense", {"n_local_heads": 4, "window": 256},
+        "dense causal attention over the whole 256 bytes: the upper bound",
+    ),
+    "local_32": (
+        "routing_transformer_small_local", {"n_local_heads": 4, "window": 32},
+        "4 local heads (sliding window 32) per layer: nothing of the first copy in one hop",
+    ),
+    "routing_causal_32": (
+        "routing_transformer_small_causal", {"n_local_heads": 2, "window": 32},
+        "2 local heads (window 32) + 2 causal content-routing heads (k = 32) per layer",
+    ),
+    "routing_random_32": (
+        "routing_transformer_small_random", {"n_local_heads": 2, "window": 32},
+        "2 local heads (window 32) + 2 heads routed to random clusters (k = 32)",
+    ),
+}  # fmt: skip
+TABLES = {"copy_256.yaml": RUNS_256}  # base config -> its runs (default: RUNS)
 
 
-def _train(name: str, seed: int, steps: int, runs: Path, note: str) -> dict:
-    preset, overrides, reach = RUNS[name]
+def runs_of(base: Path) -> dict:
+    """The runs of a base config: :data:`TABLES`'s entry for its file name, else :data:`RUNS`."""
+    return TABLES.get(Path(base).name, RUNS)
+
+
+def size_of(base: Path) -> dict:
+    """:data:`SIZE` at the base config's sequence length."""
+    seq_len = yaml.safe_load(Path(base).read_text())["data"]["init_args"]["seq_len"]
+    return {**SIZE, "max_seq_len": seq_len}
+
+
+TASKS = {  # the base config's task, in the report's words
+    "mqar": ("the value after each query", "from its pair", "test queries"),
+    "copy": ("the copied bytes after each cue", "between the copies", "test spans"),
+}
+
+
+def _train(name: str, seed: int, steps: int, runs: Path, note: str, base: Path = BASE) -> dict:
+    table, size = runs_of(base), size_of(base)
+    preset, overrides, reach = table[name]
     folder = runs / f"{name}_s{seed}"
     folder.mkdir(parents=True, exist_ok=True)
-    config = yaml.safe_load(BASE.read_text())
+    config = yaml.safe_load(base.read_text())
     config["seed_everything"] = seed
     config["trainer"]["max_steps"] = steps
     config["trainer"]["val_check_interval"] = min(steps, config["trainer"]["val_check_interval"])
@@ -96,7 +135,7 @@ def _train(name: str, seed: int, steps: int, runs: Path, note: str) -> dict:
         }
     ]  # fmt: skip
     config["model"]["init_args"]["model"] = preset
-    config["model"]["init_args"]["model_config"] = {**SIZE, **overrides}
+    config["model"]["init_args"]["model_config"] = {**size, **overrides}
     config["data"]["init_args"]["seed"] = seed
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     start = time.perf_counter()
@@ -108,10 +147,10 @@ def _train(name: str, seed: int, steps: int, runs: Path, note: str) -> dict:
     wall = time.perf_counter() - start
     if rc != 0:
         raise SystemExit(f"{name} (seed {seed}): zoo fit exited {rc}; see {folder / 'fit.log'}")
-    return _score(name, seed, steps, folder, wall, reach, note)
+    return _score(name, seed, steps, folder, wall, reach, note, preset, {**size, **overrides})
 
 
-def _score(name, seed, steps, folder, wall, reach, note) -> dict:
+def _score(name, seed, steps, folder, wall, reach, note, preset, model_config) -> dict:
     import torch
 
     from zoo.data import LongRangeTaskDataModule, task_accuracy_by_distance
@@ -125,11 +164,24 @@ def _score(name, seed, steps, folder, wall, reach, note) -> dict:
     callback = next(v for k, v in best["callbacks"].items() if "ModelCheckpoint" in k)
     tokens = steps * data.batch_size * acc.seq_len
     result = {
+        "task": {
+            k: data.hparams[k]
+            for k in (
+                "task",
+                "seq_len",
+                "n_pairs",
+                "key_len",
+                "value_len",
+                "span",
+                "cue",
+                "min_distance",
+            )
+        },
         "name": name,
         "seed": seed,
         "reach": reach,
-        "preset": RUNS[name][0],
-        "model_config": {**SIZE, **RUNS[name][1]},
+        "preset": preset,
+        "model_config": model_config,
         "parameters": sum(p.numel() for p in task.model.parameters()),
         "steps": steps,
         "tokens": tokens,
@@ -157,15 +209,23 @@ def report(runs: Path, out: Path) -> None:
     results = [json.loads(p.read_text()) for p in sorted(runs.glob("*/result.json"))]
     if not results:
         raise SystemExit(f"no finished runs under {runs}: run this script without --report first")
-    order = list(RUNS)
+    order = [*RUNS, *(n for table in TABLES.values() for n in table)]
     results.sort(key=lambda r: (order.index(r["name"]), r["seed"]))
     lower = results[0]["lower"]
     head = " | ".join(f"{lo:,}–{2 * lo - 1:,}" for lo in lower)
+    task = results[0].get("task", {"task": "mqar", "seq_len": 1024, "key_len": 1, "value_len": 1})
+    what, where, items = TASKS[task["task"]]
+    per_step = results[0]["steps"] * task["seq_len"]
+    batch = results[0].get("tokens", 8 * per_step) // per_step
+    setting = (f"MQAR, {task['seq_len']:,} bytes, keys of {task['key_len']} letter(s) with values "
+               f"of {task['value_len']} digit(s)" if task["task"] == "mqar" else
+               f"copy, {task['seq_len']:,} bytes, {task['n_pairs']} span(s) of {task['span']} "
+               f"random bytes, cue {task['cue']}")  # fmt: skip
     lines = [
-        f"Byte accuracy of the value after each query, by distance from its pair (bytes); chance "
-        f"{results[0]['chance']:.2f}. MQAR, 1,024 bytes, one-letter keys with one-digit values; "
-        f"{results[0]['steps']:,} steps x 8 sequences for every run; the same "
-        f"{sum(results[0]['items']):,} test queries.",
+        f"Byte accuracy of {what}, by distance {where} (bytes); chance "
+        f"{results[0]['chance']:.3f}. {setting}; "
+        f"{results[0]['steps']:,} steps x {batch} sequences for every run; the same "
+        f"{sum(results[0]['items']):,} {items}.",
         "",
         f"| run | seed | {head} | val bits | tokens/s | wall |",
         "|---|---|" + "---|" * len(lower) + "---|---|---|",
@@ -185,11 +245,12 @@ def report(runs: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "equal_budget.md").write_text("\n".join(lines) + "\n")
     (out / "equal_budget.json").write_text(json.dumps(results, indent=1))
-    _plot(results, out / "equal_budget.png")
+    name = "MQAR" if task["task"] == "mqar" else "Copy"
+    _plot(results, out / "equal_budget.png", f"{name} at {task['seq_len']:,} bytes, equal budget")
     print("\n".join(lines))
 
 
-def _plot(results: list[dict], path: Path) -> None:
+def _plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,10 +263,10 @@ def _plot(results: list[dict], path: Path) -> None:
                 label=f"{r['name']} (seed {r['seed']})")  # fmt: skip
     ax.axhline(results[0]["chance"], color="grey", lw=0.8, ls="--", label="chance")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("distance from the pair to its query (bytes, bucket start)")
-    ax.set_ylabel("byte accuracy of the value")
+    ax.set_xlabel("distance between the two occurrences (bytes, bucket start)")
+    ax.set_ylabel("byte accuracy")
     ax.set_ylim(0, 1.02)
-    ax.set_title("MQAR at 1,024 bytes, equal budget")
+    ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -214,7 +275,8 @@ def _plot(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS))
+    parser.add_argument("--only", nargs="+", help="these runs of the base's table (default: all)")
+    parser.add_argument("--base", type=Path, default=BASE, help="the base config (the task)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--runs", type=Path, default=Path("runs/equal_budget"))
@@ -222,10 +284,14 @@ def main() -> None:
     parser.add_argument("--note", default="", help="recorded with each run (e.g. 'shared CPU')")
     parser.add_argument("--report", action="store_true", help="only rebuild the table")
     ns = parser.parse_args()
+    table = runs_of(ns.base)
+    unknown = sorted(set(ns.only or ()) - set(table))
+    if unknown:
+        parser.error(f"--only {unknown}: {ns.base.name}'s runs are {list(table)}")
     if not ns.report:
-        for name in ns.only:
+        for name in ns.only or table:
             print(f"== {name} (seed {ns.seed})", flush=True)
-            _train(name, ns.seed, ns.steps, ns.runs, ns.note)
+            _train(name, ns.seed, ns.steps, ns.runs, ns.note, ns.base)
     report(ns.runs, ns.out)
 
 
