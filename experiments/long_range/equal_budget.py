@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -284,6 +285,8 @@ def main() -> None:
     parser.add_argument("--note", default="", help="recorded with each run (e.g. 'shared CPU')")
     parser.add_argument("--report", action="store_true", help="only rebuild the table")
     ns = parser.parse_args()
+    # SIGTERM as an exception, so that subprocess.run stops the running `zoo fit` with this script
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     table = runs_of(ns.base)
     unknown = sorted(set(ns.only or ()) - set(table))
     if unknown:
