@@ -15,8 +15,7 @@
 - ``zoo bench | verify``: time and memory on this machine; golden logits of a published model.
 
 This module only parses the command and calls it: :data:`COMMANDS` names the module and function
-of each (under :mod:`zoo.commands`), imported when that command runs, so ``zoo list`` loads no
-Lightning.
+of each (under :mod:`zoo.commands`), imported only when that command runs.
 """
 
 from __future__ import annotations
