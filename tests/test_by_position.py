@@ -14,12 +14,13 @@ import yaml
 from fakes import fake_run, pg19mini_test_books, word_salad
 
 import zoo
+from zoo.by_position import bits_by_position, position_table, save_position_profile
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
 from zoo.data.text import EvalWindows
 from zoo.drawing import plot_position_profiles
 from zoo.errors import CheckpointError, ConfigError
-from zoo.evaluation import bits_by_position, evaluate, position_table, save_position_profile
+from zoo.evaluation import evaluate
 from zoo.hub import Metric
 from zoo.loading import extended
 from zoo.profiles import load_position_profile

@@ -1,6 +1,6 @@
 """Bits per byte on the same bytes with more or less context (``zoo evaluate SOURCE --by-context``).
 
-:func:`~zoo.evaluation.bits_by_position` shows how the loss falls with the position of a byte in
+:func:`~zoo.by_position.bits_by_position` shows how the loss falls with the position of a byte in
 its window, but each bucket holds other bytes of text: the curve mixes what the model gains from
 context with how hard the bytes of that bucket happen to be (about ±0.02 bits on pg19mini's test
 books), which is the size of the effects it is asked to show past a few hundred bytes. This

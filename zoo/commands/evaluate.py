@@ -281,7 +281,7 @@ def _by_position(ns: argparse.Namespace) -> None:
 
     import torch
 
-    from zoo.evaluation import bits_by_position, save_position_profile
+    from zoo.by_position import bits_by_position, save_position_profile
 
     profile = bits_by_position(ns.source, dataset=ns.dataset, split=ns.split, context=ns.context,
                                bucket=ns.bucket, windows=ns.windows, first_bytes=ns.first_bytes,
