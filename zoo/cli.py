@@ -20,11 +20,10 @@ of each (under :mod:`zoo.commands`), imported only when that command runs.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
-import warnings
 
+from zoo.commands.common import one_line_warnings
 from zoo.errors import ZooError, ZooWarning
 
 __all__ = ["COMMANDS", "main"]
@@ -74,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     from zoo.callbacks import resume_hint
 
     try:
-        with _one_line_zoo_warnings():
+        # the zoo's own warnings (ZooWarning: a retired checkpoint) as one line each
+        with one_line_warnings("zoo", ZooWarning):
             _main(list(sys.argv[1:] if argv is None else argv))
     except SIGTERMException:  # a SystemExit with status 0: the run did not finish
         print(f"zoo: stopped by SIGTERM; {resume_hint()}", file=sys.stderr)
@@ -93,26 +93,6 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"zoo: error: {cause}", file=sys.stderr)
         sys.exit(2)
-
-
-@contextlib.contextmanager
-def _one_line_zoo_warnings():
-    """Show the zoo's own warnings (:class:`~zoo.errors.ZooWarning`: a retired checkpoint) as one
-    line each on stderr, ``zoo: warning: MESSAGE``; others as Python shows them. Python's filters
-    still apply first, so a warning repeated from the same line shows once."""
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, ZooWarning):
-            print(f"zoo: warning: {message}", file=sys.stderr)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
 
 
 COMMANDS = {  # command -> (module, function taking the remaining arguments), imported when run

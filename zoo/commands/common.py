@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
 
-__all__ = ["checked_device", "prompt_bytes", "stdin_bytes"]
+__all__ = ["checked_device", "one_line_warnings", "prompt_bytes", "stdin_bytes"]
 
 
 def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
@@ -29,3 +31,23 @@ def prompt_bytes(text: str) -> bytes:
 def stdin_bytes() -> bytes:
     buffer = getattr(sys.stdin, "buffer", None)  # a StringIO (tests) has no bytes underneath
     return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
+
+
+@contextlib.contextmanager
+def one_line_warnings(prog: str, *categories: type[Warning]):
+    """Show warnings of ``categories`` as one line each on stderr, ``<prog>: warning: MESSAGE``;
+    others as Python shows them. Python's filters still apply first, so a warning repeated from
+    the same line shows once."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, categories):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown

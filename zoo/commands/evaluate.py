@@ -4,15 +4,14 @@ re-measurement, and the profiles (``--by-position``, ``--by-context``, ``--probe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import re
 import sys
-import warnings
 from pathlib import Path
 
 from rich.table import Table
 
+from zoo.commands.common import one_line_warnings
 from zoo.commands.listing import _console
 
 __all__ = ["evaluate_main"]
@@ -156,29 +155,10 @@ def evaluate_main(args: list[str]) -> None:
         )
     quiet_lightning_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
-    with _one_line_warnings("zoo evaluate"):
-        _evaluate(ns)
-
-
-@contextlib.contextmanager
-def _one_line_warnings(prog: str):
-    """Print the data sets' warnings (:class:`~zoo.data.text.EmptyDataWarning`) as one line each,
-    ``<prog>: warning: ...`` on stderr; other warnings as Python shows them."""
     from zoo.data.text import EmptyDataWarning
 
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, EmptyDataWarning):
-            print(f"{prog}: warning: {message}", file=sys.stderr)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
+    with one_line_warnings("zoo evaluate", EmptyDataWarning):
+        _evaluate(ns)
 
 
 def _evaluate(ns: argparse.Namespace) -> None:
