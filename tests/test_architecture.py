@@ -102,7 +102,7 @@ except SystemExit as e:
     assert e.code in (0, None), e.code
 ckpt = "runs/transformer_lm/pg19mini/checkpoints/last.ckpt"
 task = CausalLM.load_from_checkpoint(ckpt, map_location="cpu")
-print(task.global_step if hasattr(task, "global_step") else "", type(task.model).__name__,
+print(type(task.model).__name__,
       {{b.attention.mapping for b in task.model.blocks}},
       torch.load(ckpt, weights_only=False)["global_step"])
 """
