@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def recipe_module(path: str):
     """The recipe script ``path`` (relative to the repository, e.g.
-    ``"recipes/long_context/ablate.py"``) imported as a module, without running its ``main``."""
+    ``"experiments/long_context/ablate.py"``) imported as a module, without running its ``main``."""
     spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -11,7 +11,7 @@ from lightning import LightningDataModule, LightningModule
 from zoo.commands.lightning import ZooCLI
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "recipes/transformer_lm/pg19mini_v1.yaml"
+RECIPE = REPO / "experiments/transformer_lm/pg19mini_v1.yaml"
 
 
 def trainer_of(args: list[str]):
@@ -47,7 +47,7 @@ def test_init_from_a_checkpoint_of_another_architecture_is_an_error(capsys):
     """The routing recipe with a dense checkpoint used to train the dense model silently."""
     from zoo.cli import main
 
-    routing = str(REPO / "recipes/routing_transformer/pg19mini_v1.yaml")
+    routing = str(REPO / "experiments/routing_transformer/pg19mini_v1.yaml")
     with pytest.raises(SystemExit) as e:
         main(["fit", "--config", routing, "--model.init_args.init_from",
               "transformer_lm_small.pg19mini", "--trainer.max_steps", "0"])  # fmt: skip
@@ -249,8 +249,14 @@ def test_evaluate_without_data_names_its_own_flag(capsys, tmp_path, monkeypatch)
 
 def test_config_takes_a_packaged_recipe_name_or_inline_yaml():
     from zoo.commands.lightning import with_packaged_config
+    from zoo.errors import ConfigError
 
-    out = with_packaged_config(["fit", "--config", "transformer_lm/pg19mini_v1"])
-    assert Path(out[2]).is_file() and out[2].endswith("transformer_lm/pg19mini_v1.yaml")
+    out = with_packaged_config(["fit", "--config", "transformer_lm/pg19mini"])
+    assert Path(out[2]).is_file() and out[2].endswith("transformer_lm/pg19mini.yaml")
+    # a published checkpoint's recipe by the checkpoint's name alone, as `zoo pull` names it
+    out = with_packaged_config(["fit", "--config=transformer_lm_small.pg19mini"])
+    assert out[1].endswith("recipes/transformer_lm/transformer_lm_small.pg19mini.yaml")
+    with pytest.raises(ConfigError, match="Did you mean 'transformer_lm_small.pg19mini'"):
+        with_packaged_config(["fit", "--config", "transformer_lm_smal.pg19mini"])
     inline = ["fit", "--config", '{"trainer": {"max_steps": 1}}']
     assert with_packaged_config(inline) == inline  # jsonargparse reads it as a config itself

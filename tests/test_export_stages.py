@@ -12,7 +12,7 @@ from zoo.publishing import export_run
 from zoo.publishing.export import _with_earlier_stages
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "recipes/sparse_transformer/pg19mini_fixed_v3_8heads_4096_400.yaml"
+RECIPE = REPO / "recipes/sparse_transformer/sparse_transformer_small.pg19mini.yaml"
 
 
 def _edit(run: Path, **changes) -> None:

@@ -1,4 +1,4 @@
-"""recipes/long_context/ablate.py: every run of both suites names a recipe and a model that exist and
+"""experiments/long_context/ablate.py: every run of both suites names a recipe and a model that exist and
 parses as a `zoo fit` config, the test split's position buckets split at 256 into byte-weighted means,
 and runs of one variant with several seeds get a mean and half-range row."""
 
@@ -10,7 +10,7 @@ from fakes import REPO, recipe_module
 
 from zoo.models.registry import get_preset
 
-ablate = recipe_module("recipes/long_context/ablate.py")
+ablate = recipe_module("experiments/long_context/ablate.py")
 
 
 @pytest.mark.parametrize(

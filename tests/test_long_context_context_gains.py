@@ -1,4 +1,4 @@
-"""recipes/long_context/context_gains.py: each model's gain from a stretch of context and its gain
+"""experiments/long_context/context_gains.py: each model's gain from a stretch of context and its gain
 over a reference, from saved by-context profiles."""
 
 import pytest
@@ -6,7 +6,7 @@ from fakes import recipe_module
 
 from zoo.by_context import ContextProfile, save_context_profile
 
-context_gains = recipe_module("recipes/long_context/context_gains.py")
+context_gains = recipe_module("experiments/long_context/context_gains.py")
 
 
 def _profile(name: str, block_bits) -> ContextProfile:

@@ -1,9 +1,9 @@
-"""recipes/long_context/copy_distance.py: how far back the nearest copy source of each byte lies."""
+"""experiments/long_context/copy_distance.py: how far back the nearest copy source of each byte lies."""
 
 import pytest
 from fakes import recipe_module
 
-copy_distance = recipe_module("recipes/long_context/copy_distance.py")
+copy_distance = recipe_module("experiments/long_context/copy_distance.py")
 
 
 def brute_force(doc: bytes, n: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""recipes/long_context/device_run.py: train, measure and pack each recipe's run in one command on a
+"""experiments/long_context/device_run.py: train, measure and pack each recipe's run in one command on a
 lent GPU. Here `zoo fit` is replaced by a stand-in that leaves a tiny run, as fit would."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from fakes import fake_run, pg19mini_test_books, recipe_module
 from safetensors import safe_open
 
-device_run = recipe_module("recipes/long_context/device_run.py")
+device_run = recipe_module("experiments/long_context/device_run.py")
 
 
 def _recipe(path: Path, run: Path) -> Path:

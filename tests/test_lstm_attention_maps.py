@@ -1,4 +1,4 @@
-"""recipes/lstm_attention/attention_maps.py: one sentence under several mappings, side by side."""
+"""experiments/lstm_attention/attention_maps.py: one sentence under several mappings, side by side."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ from fakes import recipe_module
 import zoo
 from zoo.data.translation import train_bpe
 
-attention_maps = recipe_module("recipes/lstm_attention/attention_maps.py")
+attention_maps = recipe_module("experiments/lstm_attention/attention_maps.py")
 
 TEXT = ["ein Hund läuft im Park", "a dog runs in the park", "eine Frau liest", "a woman reads"]
 

@@ -1,11 +1,11 @@
-"""recipes/lstm_attention/bench_mappings.py: the batch it times and the step it times."""
+"""experiments/lstm_attention/bench_mappings.py: the batch it times and the step it times."""
 
 from fakes import recipe_module
 
 import zoo
 from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID, train_bpe
 
-bench = recipe_module("recipes/lstm_attention/bench_mappings.py")
+bench = recipe_module("experiments/lstm_attention/bench_mappings.py")
 
 PAIRS = [("ein Hund läuft im Park", "a dog runs in the park"), ("eine Frau liest", "a woman reads")]
 

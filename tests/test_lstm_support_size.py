@@ -1,4 +1,4 @@
-"""recipes/lstm_attention/support_size.py: the mean attention support of a translation model."""
+"""experiments/lstm_attention/support_size.py: the mean attention support of a translation model."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ from fakes import recipe_module
 import zoo
 from zoo.data.translation import BOS_ID, train_bpe
 
-support_size = recipe_module("recipes/lstm_attention/support_size.py")
+support_size = recipe_module("experiments/lstm_attention/support_size.py")
 
 PAIRS = [("ein Hund läuft im Park", "a dog runs in the park"), ("eine Frau liest", "a woman reads")]
 

@@ -1,4 +1,4 @@
-"""recipes/routing_transformer/cluster_balance.py: cluster occupancy of a frozen routing model,
+"""experiments/routing_transformer/cluster_balance.py: cluster occupancy of a frozen routing model,
 pooled over batches and per batch."""
 
 import pytest
@@ -8,7 +8,7 @@ from fakes import recipe_module
 import zoo
 from zoo.errors import ZooError
 
-cluster_balance = recipe_module("recipes/routing_transformer/cluster_balance.py")
+cluster_balance = recipe_module("experiments/routing_transformer/cluster_balance.py")
 
 
 def test_pooled_and_per_batch_occupancy_of_planted_centroids():

@@ -110,18 +110,19 @@ def test_from_pretrained_a_published_name_through_the_hub(site, tmp_path, hub, m
 def test_zoo_fit_takes_a_packaged_recipe_by_name(site, tmp_path, data_dir):
     done = run_installed(
         site, tmp_path,
-        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm/pg19mini_v1', "
+        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm_small.pg19mini', "
         "'--trainer.max_steps', '1', '--trainer.limit_val_batches', '0', "
         "'--trainer.enable_progress_bar', 'false', '--data.init_args.batch_size', '2'])",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert list((tmp_path / "runs" / "transformer_lm" / "pg19mini_v1").rglob("*.ckpt"))
+    # the published checkpoint's recipe, by the checkpoint's name, writes where that recipe says
+    assert list((tmp_path / "runs" / "transformer_lm" / "pg19mini_v3").rglob("*.ckpt"))
     done = run_installed(
         site,
         tmp_path,
-        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm/pg19mini_v1x'])",
+        "import zoo.cli; zoo.cli.main(['fit', '--config', 'transformer_lm/pg19minix'])",
     )
     assert done.returncode == 2
     assert (
-        "no packaged recipe of that name. Did you mean 'transformer_lm/pg19mini_v1'" in done.stderr
+        "no packaged recipe of that name. Did you mean 'transformer_lm/pg19mini'" in done.stderr
     )

@@ -1,10 +1,9 @@
 """The training precision a machine computes fastest: ``bf16-mixed`` or ``32-true``.
 
 On a CUDA GPU with bf16, ``bf16-mixed``. On a CPU, bf16 is fast only where oneDNN has native bf16
-kernels (AVX512-BF16 or AMX); elsewhere it emulates them, several times slower than fp32 (an
-AVX2-only AMD EPYC trained the Transformer LM recipe about 10× slower in bf16, issue 52). Even with
-native bf16, not every family gains: :data:`BF16_FASTER_ON_CPU` lists those that train faster under
-bf16 autocast, measured by ``benchmarks/cpu_precision.py`` (the tables are
+kernels (AVX512-BF16 or AMX); elsewhere it emulates them, several times slower than fp32. Even
+with native bf16, not every family gains: :data:`BF16_FASTER_ON_CPU` lists those that train faster
+under bf16 autocast, measured by ``benchmarks/cpu_precision.py`` (the tables are
 ``docs/bench/cpu_precision_*.md``).
 
 ``zoo fit`` takes :func:`default_precision` for the model's family when neither the command line

@@ -92,6 +92,37 @@ RUNS_256 = {
         "routing_transformer_small_random", {"n_local_heads": 2, "window": 32},
         "2 local heads (window 32) + 2 heads routed to random clusters (k = 32)",
     ),
+    # does content routing find the first copy when a query shares its cluster with more keys?
+    "routing_causal_32_k8": (
+        "routing_transformer_small_causal", {"n_local_heads": 2, "window": 32, "n_clusters": 8},
+        "as routing_causal_32 with k = 8 clusters (about 32 members each, all attended)",
+    ),
+    "routing_causal_32_k4": (
+        "routing_transformer_small_causal", {"n_local_heads": 2, "window": 32, "n_clusters": 4},
+        "as routing_causal_32 with k = 4 clusters (about 64 members each, all attended)",
+    ),
+    # k = 1 and a window over the whole sequence: the routing heads become dense causal attention
+    # with their own parametrisation (shared, LayerNorm'd queries and keys, no positions)
+    "routing_causal_32_k1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256},
+        "as routing_causal_32 with one cluster attended whole: dense content-only heads",
+    ),
+    "routing_causal_32_k1_scale1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
+         "routing_score_scale": 1.0},
+        "as routing_causal_32_k1 with scores q·k unscaled (Algorithm 1 line 22; range [-D, D])",
+    ),
+    # top-w routing (the published models' mode); keys apart from queries only works there
+    "routing_topw_32": (
+        "routing_transformer_small", {"n_local_heads": 2, "window": 32},
+        "2 local heads (window 32) + 2 top-w routing heads (k = 32, shared queries and keys)",
+    ),
+    "routing_topw_32_qk": (
+        "routing_transformer_small", {"n_local_heads": 2, "window": 32, "shared_qk": False},
+        "as routing_topw_32 with keys projected apart from the queries",
+    ),
 }  # fmt: skip
 TABLES = {"copy_256.yaml": RUNS_256}  # base config -> its runs (default: RUNS)
 

@@ -20,7 +20,7 @@ from zoo.errors import ConfigError
 from zoo.tasks import CausalLM
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = str(REPO / "recipes" / "long_context" / "mqar_routing.yaml")
+RECIPE = str(REPO / "experiments" / "long_range" / "mqar_routing.yaml")
 MQAR = dict(task="mqar", seq_len=1024, n_pairs=16, min_distance=16, n_eval=64, batch_size=4)
 COPY = dict(task="copy", seq_len=1024, n_pairs=4, span=32, cue=8, n_eval=64, batch_size=4)
 

@@ -59,7 +59,7 @@ def test_every_column_when_they_fit_or_with_wide(entries, capsys, monkeypatch):
     wide = zoo_list(capsys, monkeypatch, 250, "--all")
     assert "weights from" in wide and "repository copy" in wide and "…" not in wide
     assert "./runs/" not in wide and "./checkpoints/" not in wide  # parents are named
-    assert "recipes/sparse_transformer/pg19mini_fixed_v3_8heads.yaml" in wide
+    assert "recipes/sparse_transformer/sparse_transformer_small.pg19mini.stage1.yaml" in wide
     assert "weights from" in zoo_list(capsys, monkeypatch, 80, "--wide")
 
 

@@ -24,7 +24,7 @@ METRIC = Metric("bits_per_byte", 8.0, "pg19mini", "test", None, 547, "32-true", 
 def test_checkpoint_name_never_gives_a_local_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)  # the repository's registry
     run = "./runs/sparse_transformer/pg19mini_fixed_v3_8heads"  # a recipe's default_root_dir
-    recipe = "recipes/sparse_transformer/pg19mini_fixed_v3_8heads.yaml"
+    recipe = "recipes/sparse_transformer/sparse_transformer_small.pg19mini.stage1.yaml"
     assert checkpoint_name(run) == checkpoint_name(f"{run}/checkpoints/last.ckpt") == recipe
     assert checkpoint_name(recipe) == recipe  # what it gives is a name already
     strided = "sparse_transformer_strided_8k.pg19mini"

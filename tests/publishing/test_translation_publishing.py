@@ -20,7 +20,7 @@ from zoo.publishing import export_run, register
 from zoo.tasks import Translation
 
 NAME = "transformer_tiny.multi30k"
-RECIPE = "recipes/transformer/multi30k_de_en_v1.yaml"
+RECIPE = "recipes/transformer/transformer_small.multi30k.yaml"
 
 
 @pytest.fixture

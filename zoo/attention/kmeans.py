@@ -58,11 +58,9 @@ class SphericalKMeans(nn.Module):
             bisecting k-means on the cluster's members (:func:`two_means`: a split along their
             principal axis, then ``split_iters`` Lloyd steps), each side then holding the share
             it measured. A farthest member is often an outlier, so the first rule can revive a
-            centroid almost nobody is nearest to, which is then revived again. Replayed on the
-            published top2 pg19mini model's routing queries at ``revive_below`` 0.5 (200 batches),
-            ``"farthest"`` moved 2,134 centroids and left the smallest cluster of a batch a
-            median 0.13 of its share; ``"two_means"`` moved 704, median 0.36
-            (docs/long_context.md §5j).
+            centroid almost nobody is nearest to, which is then revived again
+            (docs/long_context.md §5j and §5s replay both rules on a published model's routing
+            queries).
 
     Init and revival change training only; the routing itself is Algorithm 1's.
     """

@@ -188,7 +188,8 @@ class ZooCLI(LightningCLI):
 
 
 def packaged_recipes() -> dict[str, Path]:
-    """The recipes shipped inside the package: ``{"transformer_lm/pg19mini_v1": path}``."""
+    """The recipes shipped inside the package: ``{"transformer_lm/pg19mini": path}``; a published
+    checkpoint's recipe is named after it (``"transformer_lm/transformer_lm_small.pg19mini"``)."""
     import importlib.resources
 
     root = Path(str(importlib.resources.files("zoo").joinpath("recipes")))
@@ -197,8 +198,9 @@ def packaged_recipes() -> dict[str, Path]:
 
 def with_packaged_config(args: list[str]) -> list[str]:
     """``args`` with each ``--config`` value that is not a file replaced by the packaged recipe it
-    names (``recipes/transformer_lm/pg19mini_v1.yaml`` or ``transformer_lm/pg19mini_v1``), so
-    recipes work from an installed wheel as from a clone.
+    names (``recipes/transformer_lm/pg19mini.yaml``, ``transformer_lm/pg19mini``, or a published
+    checkpoint's name alone: ``transformer_lm_small.pg19mini``), so recipes work from an installed
+    wheel as from a clone.
 
     Raises:
         ConfigError: neither a file nor a packaged recipe (close names suggested).
@@ -219,6 +221,8 @@ def with_packaged_config(args: list[str]) -> list[str]:
             continue
         name = value.removeprefix("recipes/").removesuffix(".yaml")
         recipes = packaged_recipes()
+        # a published checkpoint's recipe also by the checkpoint's name (names with a dot)
+        recipes |= {Path(k).name: p for k, p in list(recipes.items()) if "." in Path(k).name}
         if name not in recipes:
             raise ConfigError(
                 f"{key} {value}: no such file, and no packaged recipe of that name."

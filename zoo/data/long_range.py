@@ -3,7 +3,7 @@
 The tasks (``mqar``, ``copy``, ``pg19_repeats``) are defined in :mod:`zoo.data.long_range_tasks`:
 items written twice in a sequence, the bytes of the second occurrence after its key or cue scored,
 distances controlled. :class:`LongRangeTaskDataModule` feeds them to :class:`zoo.tasks.CausalLM`
-with ``zoo fit`` (a recipe's ``data:``, as in ``recipes/long_context/mqar_routing.yaml``);
+with ``zoo fit`` (a recipe's ``data:``, as in ``experiments/long_range/mqar_routing.yaml``);
 :func:`task_accuracy_by_distance` measures a trained model on them, by power-of-two distance
 bucket, without Lightning (docs/long_context.md §8 shows the call after ``zoo fit``).
 """

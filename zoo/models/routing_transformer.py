@@ -51,14 +51,15 @@ class RoutingTransformerConfig(TransformerConfig):
     normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
     centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
     # revive a centroid with occupancy < revive_below by splitting the largest cluster: two_means
-    # bisects it (routing.py); before 2026-11-27 the defaults were 0.25 and farthest (long_context.md §5s)
+    # bisects it (kmeans.py); earlier models used 0.25 and farthest (docs/long_context.md §5s)
     revive_below: float = 0.5
     revive_split: Literal["farthest", "two_means"] = "two_means"
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
     # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
     routing_score_scale: float | None = None
     # what a config.json that lacks a key was trained with: without centroid_init and revive_below
-    # (before cb6ce3e), random centroids and no revival; without revive_split, the farthest split
+    # (saved before these options existed), random centroids and no revival; without
+    # revive_split, the farthest split
     saved_defaults: ClassVar[dict[str, Any]] = {
         "centroid_init": "random",
         "revive_below": 0.0,
@@ -330,14 +331,14 @@ register_preset(
     RoutingTransformerConfig(**_GPU_8K, n_local_heads=6, n_routing_layers=2, routing="causal"),
     "the paper's PG-19 layout at GPU size: 8 layers, d=512, 8 rotary local heads (window 256), of "
     "which the top 2 layers route 2 (causal routing, k=32 clusters of 256), context 8192 "
-    "(recipes/routing_transformer/pg19mini_gpu.yaml)",
+    "(experiments/routing_transformer/pg19mini_gpu.yaml)",
 )
 register_preset(
     "routing_transformer_local_8k",
     RoutingTransformerLM,
     RoutingTransformerConfig(**_GPU_8K, n_local_heads=8),
     "routing_transformer_top2_8k with all 8 heads local (window 256) in every layer: its routing "
-    "ablation (recipes/routing_transformer/pg19mini_gpu_local.yaml)",
+    "ablation (experiments/routing_transformer/pg19mini_gpu_local.yaml)",
 )
 register_preset(
     "routing_transformer_pg19",

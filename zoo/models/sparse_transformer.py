@@ -206,8 +206,7 @@ class SparseTransformerLM(TransformerLM):
 # Small byte-level models sized for 2 CPU cores at a context of 4096 (pg19mini recipes); the three
 # differ only in the attention pattern, for the paper's Table 2 comparison. They start the output
 # logits from N(0, 0.125/sqrt(d)) instead of 0: in short runs zero logits learn much more slowly
-# (pg19mini, 60 steps of 16 x 256 bytes, dense pattern: 4.49 bits/byte with zero logits vs 3.75
-# with random ones, measured 2026-11-22); the paper's runs were days long.
+# (docs/sparse_transformer.md measures it); the paper's runs were days long.
 _SMALL = dict(
     vocab_size=256, max_seq_len=4096, d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.0,
     zero_init_logits=False,
@@ -243,8 +242,8 @@ register_preset(
     SparseTransformerConfig(**_SMALL, pattern="strided", integration="multihead", stride=64),
     "strided pattern (stride 64, heads split A1/A2), 4 layers, d=256, context 4096",
 )
-# The GPU-sized strided model (one H100, recipes/sparse_transformer/pg19mini_gpu.yaml): 25.5M
-# parameters, context 8192, rotary positions so it trains on shorter windows first.
+# The GPU-sized strided model (sparse_transformer_strided_8k.pg19mini; its recipes are named after
+# it): 25.5M parameters, context 8192, rotary positions so it trains on shorter windows first.
 _STRIDED_8K = _SMALL | dict(
     max_seq_len=8192, d_model=512, n_layers=8, n_heads=8, d_ff=2048, pattern="strided",
     integration="multihead", stride=128, position="rotary",
