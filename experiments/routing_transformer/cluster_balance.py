@@ -107,7 +107,8 @@ def model_kmeans(model: nn.Module, **overrides) -> SphericalKMeans:
     layers = [m.kmeans for _, m in routing_layers(model)]
     centroids = torch.cat([km.centroids for km in layers])  # (heads, k, D)
     first = layers[0]
-    settings = dict(decay=first.decay, normalize=first.normalize, revive_below=first.revive_below,
+    settings = dict(ema_decay=first.ema_decay, normalize_centroids=first.normalize_centroids,
+                    revive_below=first.revive_below,
                     revive_split=first.revive_split) | overrides  # fmt: skip
     km = SphericalKMeans(*centroids.shape, **settings)
     km.centroids.copy_(centroids)

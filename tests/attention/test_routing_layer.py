@@ -9,15 +9,15 @@ import torch.nn.functional as F
 from zoo.attention import RoutingSelfAttention, SphericalKMeans
 
 
-def kmeans_with(centroids, decay, normalize=False):
-    km = SphericalKMeans(1, centroids.shape[0], centroids.shape[1], decay, normalize)
+def kmeans_with(centroids, ema_decay, normalize_centroids=False):
+    km = SphericalKMeans(1, centroids.shape[0], centroids.shape[1], ema_decay, normalize_centroids)
     km.centroids.copy_(centroids)
     return km
 
 
 def test_ema_update_by_hand():
     """mu <- decay mu + (1 - decay)/2 (sum of queries + sum of keys), per argmax centroid."""
-    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9)
+    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), ema_decay=0.9)
     q = torch.tensor([[2.0, 1.0], [1.0, 3.0], [3.0, 0.0]]).view(1, 1, 3, 2)  # -> 0, 1, 0
     k = torch.tensor([[0.0, 2.0], [4.0, 1.0], [1.0, 1.0]]).view(1, 1, 3, 2)  # -> 1, 0, 0 (tie)
     km.update(q, k)
@@ -26,13 +26,15 @@ def test_ema_update_by_hand():
     want = torch.tensor([[0.9 + 0.05 * 5 + 0.05 * 5, 0.05 * 1 + 0.05 * 2], [0.05, 0.9 + 0.25]])
     torch.testing.assert_close(km.centroids[0], want)
     # shared keys (k = None) count every query twice: (1 - decay) * sum of queries
-    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9)
+    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), ema_decay=0.9)
     km.update(q)
     want = torch.tensor([[0.9 + 0.1 * 5, 0.1 * 1], [0.1 * 1, 0.9 + 0.1 * 3]])
     torch.testing.assert_close(km.centroids[0], want)
     torch.testing.assert_close(km.occupancy, torch.tensor([[4 / 3, 2 / 3]]))
     # renormalised (the default): the same step, then unit rows
-    km = kmeans_with(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), decay=0.9, normalize=True)
+    km = kmeans_with(
+        torch.tensor([[1.0, 0.0], [0.0, 1.0]]), ema_decay=0.9, normalize_centroids=True
+    )
     km.update(q)
     torch.testing.assert_close(km.centroids[0], F.normalize(want, dim=-1))
 
@@ -61,7 +63,7 @@ def test_kmeans_recovers_planted_clusters(seed):
     torch.manual_seed(seed)
     D, n_planted = 16, 4
     directions = torch.linalg.qr(torch.randn(D, D))[0][:n_planted]  # orthonormal
-    km = SphericalKMeans(1, 8, D, decay=0.9)
+    km = SphericalKMeans(1, 8, D, ema_decay=0.9)
     for _ in range(60):
         labels = torch.randint(0, n_planted, (512,))
         x = F.layer_norm(directions[labels] + 0.15 * torch.randn(512, D), (D,))
@@ -207,7 +209,7 @@ def test_kmeans_init_fits_the_first_batch_then_never_again():
     a centroid right away (random unit vectors in 16-d leave most of them with no members)."""
     both, both_labels = planted(8, 16, 4096)
     x, labels, later = both[:, :, :2048], both_labels[:2048], both[:, :, 2048:]
-    km = SphericalKMeans(1, 8, 16, decay=0.999, init="kmeans")
+    km = SphericalKMeans(1, 8, 16, ema_decay=0.999, centroid_init="kmeans")
     km.update(x)
     assigned = km.assign(x).flatten()
     assert km.occupancy.min() > 0.5  # 8 planted clusters of ~1/8 each, one centroid each
@@ -216,7 +218,7 @@ def test_kmeans_init_fits_the_first_batch_then_never_again():
     fitted = km.centroids.clone()
     km.update(later)  # later updates are EMA steps, not refits
     assert torch.allclose(km.centroids, fitted, atol=0.05)
-    random = SphericalKMeans(1, 8, 16, decay=0.999, init="random")
+    random = SphericalKMeans(1, 8, 16, ema_decay=0.999, centroid_init="random")
     torch.manual_seed(0)
     random.update(x)
     assert random.occupancy.min() < 0.5
@@ -224,7 +226,7 @@ def test_kmeans_init_fits_the_first_batch_then_never_again():
 
 def test_loaded_centroids_are_not_refitted():
     trained = SphericalKMeans(1, 4, 8)
-    fresh = SphericalKMeans(1, 4, 8, init="kmeans")
+    fresh = SphericalKMeans(1, 4, 8, centroid_init="kmeans")
     assert fresh.needs_init
     fresh.load_state_dict(trained.state_dict())
     assert not fresh.needs_init
@@ -246,7 +248,9 @@ def test_kmeans_init_and_revival_stay_fp32_under_autocast(split):
 
     def fresh():
         torch.manual_seed(1)
-        return SphericalKMeans(2, 16, 16, init="kmeans", revive_below=0.5, revive_split=split)
+        return SphericalKMeans(
+            2, 16, 16, centroid_init="kmeans", revive_below=0.5, revive_split=split
+        )
 
     plain, mixed = fresh(), fresh()
     for xs in [spread, *later]:
@@ -268,14 +272,14 @@ def test_dead_centroids_are_revived_by_splitting_the_largest_cluster():
     x = F.normalize(x, dim=-1)
     live = torch.eye(D)[:2]
     dead = torch.eye(D)[6:]  # orthogonal to every token: nobody's nearest centroid
-    km = kmeans_with(torch.cat([live, dead]), decay=0.9, normalize=True)
+    km = kmeans_with(torch.cat([live, dead]), ema_decay=0.9, normalize_centroids=True)
     km.revive_below = 0.25
     km.update(x)
     assert km.revived == 2
     for _ in range(3):
         km.update(x)
     assert km.occupancy.min() > 0.25
-    stuck = kmeans_with(torch.cat([live, dead]), decay=0.9, normalize=True)
+    stuck = kmeans_with(torch.cat([live, dead]), ema_decay=0.9, normalize_centroids=True)
     for _ in range(3):
         stuck.update(x)
     assert stuck.occupancy[0, 2:].max() == 0  # without revival they stay dead
@@ -378,7 +382,7 @@ def test_a_two_means_split_divides_two_groups_that_the_farthest_member_does_not(
     x = F.normalize(groups, dim=-1)
     centroids = torch.stack([torch.eye(D)[0], -torch.eye(D)[0]])  # the second: nobody's nearest
     for split, revived_share in (("farthest", 1 / 1001), ("two_means", 0.5)):
-        km = SphericalKMeans(1, 2, D, decay=0.9, revive_below=0.25, revive_split=split)
+        km = SphericalKMeans(1, 2, D, ema_decay=0.9, revive_below=0.25, revive_split=split)
         km.centroids.copy_(centroids)
         km.update(x)
         assert km.revived == 1
@@ -410,7 +414,7 @@ def test_init_and_revival_skip_padding_with_separate_keys():
     junk = 100 * torch.ones(1, 1, 64, 8)  # would become a centroid if it counted
     x = torch.cat([real, junk], 2)
     padding = torch.cat([torch.zeros(1, 64), torch.ones(1, 64)], 1).bool()
-    km = SphericalKMeans(1, 4, 8, init="kmeans", revive_below=0.5)
+    km = SphericalKMeans(1, 4, 8, centroid_init="kmeans", revive_below=0.5)
     km.update(x, x.clone(), padding_mask=padding)
     junk_dir = F.normalize(junk[0, 0, 0], dim=-1)
     assert (km.centroids[0] @ junk_dir).max() < 0.99
@@ -418,12 +422,12 @@ def test_init_and_revival_skip_padding_with_separate_keys():
 
 @pytest.mark.parametrize("routing", ["causal", "topw"])
 def test_score_scale_multiplies_the_routed_scores(routing):
-    """score_scale=1.0 is Algorithm 1 line 22 as written: A = Q'K'^T on LayerNorm'd vectors. One
+    """routing_score_scale=1.0 is Algorithm 1 line 22 as written: A = Q'K'^T on LayerNorm'd vectors. One
     cluster holding every token and no local heads make the routing heads plain causal attention,
     so the layer must equal softmax(scale q·q) v computed by hand."""
     kwargs = dict(n_local_heads=0, n_clusters=1, routing=routing, causal_window=64)
     for scale in (None, 1.0, 0.3):
-        attn = layer(score_scale=scale, **kwargs).eval()
+        attn = layer(routing_score_scale=scale, **kwargs).eval()
         x = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(1))
         _, _, _, q, _, v = attn.project(x)  # (B, 4, T, 8), q LayerNorm'd
         s = (q @ q.transpose(-1, -2)) * (8**-0.5 if scale is None else scale)
@@ -434,7 +438,7 @@ def test_score_scale_multiplies_the_routed_scores(routing):
 
 def test_score_scale_leaves_clusters_and_centroid_updates_alone():
     x = torch.randn(2, 32, 32, generator=torch.Generator().manual_seed(2))
-    plain, sharp = layer(routing="causal"), layer(routing="causal", score_scale=4.0)
+    plain, sharp = layer(routing="causal"), layer(routing="causal", routing_score_scale=4.0)
     sharp.load_state_dict(plain.state_dict())
     assert not torch.allclose(plain.eval()(x), sharp.eval()(x))  # the scale does act
     plain.train()(x)
@@ -443,10 +447,10 @@ def test_score_scale_leaves_clusters_and_centroid_updates_alone():
 
 
 def test_score_scale_is_checked():
-    with pytest.raises(ValueError, match="score_scale"):
-        layer(score_scale=0.0)
-    with pytest.raises(ValueError, match="score_scale"):
-        layer(score_scale=1.0, max_relative_position=4)
+    with pytest.raises(ValueError, match="routing_score_scale"):
+        layer(routing_score_scale=0.0)
+    with pytest.raises(ValueError, match="routing_score_scale"):
+        layer(routing_score_scale=1.0, max_relative_position=4)
 
 
 def test_causal_routing_stats_match_dense_attention_over_the_last_members():

@@ -49,6 +49,51 @@ def test_config_errors_name_the_field(overrides, message):
         RoutingTransformerConfig(**(SMALL | overrides))
 
 
+def test_every_layer_option_has_one_name_the_config_and_the_layer_share():
+    """Each :class:`RoutingSpec` knob is a config field of the same name (issue 54: one name per
+    knob), except ``rotary``, which the config says as ``position``; the layers carry the spec
+    the config built, and the centroids carry its k-means options under the same names."""
+    from dataclasses import fields
+
+    from zoo.attention import RoutingSpec
+
+    knobs = {f.name for f in fields(RoutingSpec)}
+    assert knobs - set(RoutingTransformerConfig.field_names()) == {"rotary"}
+    options = dict(ema_decay=0.99, normalize_centroids=False, routing_score_scale=2.0)
+    config = RoutingTransformerConfig(**(SMALL | options | dict(position="rotary")))
+    model = RoutingTransformerLM(config)
+    for i, block in enumerate(model.blocks):
+        spec = block.attention.spec
+        assert spec == config.routing_spec(i) and spec.rotary
+        assert {k: getattr(spec, k) for k in knobs - {"rotary", "causal_window"}} == {
+            k: getattr(config, k) for k in knobs - {"rotary", "causal_window"}
+        }
+        km = block.attention.kmeans
+        assert (km.ema_decay, km.normalize_centroids) == (0.99, False)
+    with pytest.raises(TypeError, match="decay"):
+        RoutingSelfAttention(d_model=32, n_heads=4, n_local_heads=2, window=8, n_clusters=4,
+                             decay=0.9)  # the layer's old name for ema_decay  # fmt: skip
+    with pytest.raises(TypeError, match="not both"):
+        RoutingSelfAttention(config.routing_spec(0), window=4)
+
+
+def test_every_shipped_routing_config_builds_its_layers_from_the_same_names():
+    """The shipped checkpoints' config.json files load and give the layers the spec their keys
+    say (their keys are the config's field names: nothing to rename)."""
+    import json
+    from pathlib import Path
+
+    shipped = sorted(Path(__file__).resolve().parents[2].glob("checkpoints/routing_*/config.json"))
+    assert len(shipped) >= 3
+    for path in shipped:
+        config = RoutingTransformerConfig.from_dict(json.loads(path.read_text())["config"])
+        spec = config.routing_spec(config.n_layers - 1)
+        assert (spec.ema_decay, spec.routing_score_scale) == (
+            config.ema_decay,
+            config.routing_score_scale,
+        ), path
+
+
 def test_the_revival_rule_reaches_the_centroids():
     model = model_with(n_routing_layers=1, revive_below=0.5, revive_split="two_means")
     km = model.blocks[-1].attention.kmeans

@@ -7,7 +7,7 @@ from zoo.attention.functional import attend, local_attention, masked_attention
 from zoo.attention.kmeans import SphericalKMeans
 from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.attention.relative import RelativePositions
-from zoo.attention.routing import RoutingSelfAttention
+from zoo.attention.routing import RoutingSelfAttention, RoutingSpec
 from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MultiHeadAttention",
     "RelativePositions",
     "RoutingSelfAttention",
+    "RoutingSpec",
     "SparseSelfAttention",
     "SphericalKMeans",
     "attend",

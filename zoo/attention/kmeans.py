@@ -3,8 +3,8 @@ Algorithm 1 lines 28-31).
 
 :class:`SphericalKMeans` holds one head's worth of centroids per routing head: a buffer, moved by
 an exponential moving average of the queries and keys assigned to each centroid, never by
-gradients. Each token goes to its argmax centroid and
-``mu <- decay mu + (1 - decay)/2 (sum of its queries + sum of its keys)``, padding excluded; under
+gradients. Each token goes to its argmax centroid and ``mu <- ema_decay mu + (1 - ema_decay)/2
+(sum of its queries + sum of its keys)``, padding excluded; under
 ``torch.distributed`` the sums are all-reduced first, so every process keeps the same centroids.
 A centroid whose share of the tokens falls too low is revived (:meth:`SphericalKMeans.fit`).
 
@@ -37,13 +37,13 @@ class SphericalKMeans(nn.Module):
         n_heads: heads ``H`` with their own centroids.
         n_clusters: ``k``.
         d_head: ``D``.
-        decay: EMA decay ``lambda`` (the paper's 0.999).
-        normalize: renormalise each centroid to unit norm after an update (common spherical
+        ema_decay: EMA decay ``lambda`` (the paper's 0.999).
+        normalize_centroids: renormalise each centroid to unit norm after an update (common spherical
             k-means practice, not in Algorithm 1). Without it the argmax assignment favours
             centroids with large norms, i.e. clusters that were large before: on planted clusters
             (tests/attention/test_routing_layer.py) the literal update let 2-3 of 8 centroids
             take every point in 6 of 8 seeds; renormalised, 8 of 8 seeds recovered the clusters.
-        init: ``"kmeans"``: the first training update of a freshly built module first fits the
+        centroid_init: ``"kmeans"``: the first training update of a freshly built module first fits the
             centroids to that batch (k-means++ seeding, then ``init_iters`` Lloyd steps of
             spherical k-means on the normalised vectors); ``"random"``: keep the random unit
             vectors. Loading a state dict counts as initialised (fine-tuning keeps its centroids).
@@ -70,31 +70,32 @@ class SphericalKMeans(nn.Module):
         n_heads: int,
         n_clusters: int,
         d_head: int,
-        decay: float = 0.999,
-        normalize: bool = True,
-        init: Literal["kmeans", "random"] = "random",
+        ema_decay: float = 0.999,
+        normalize_centroids: bool = True,
+        centroid_init: Literal["kmeans", "random"] = "random",
         revive_below: float = 0.0,
         init_iters: int = 10,
         revive_split: Literal["farthest", "two_means"] = "farthest",
         split_iters: int = 3,
     ) -> None:
         super().__init__()
-        if not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        if not 0.0 <= ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {ema_decay}")
         if not 0.0 <= revive_below < 1.0:
             raise ValueError(f"revive_below must be in [0, 1), got {revive_below}")
         if revive_split not in ("farthest", "two_means"):
             raise ValueError(
                 f"revive_split must be 'farthest' or 'two_means', got {revive_split!r}"
             )
-        self.decay, self.normalize = decay, normalize
-        self.init, self.revive_below, self.init_iters = init, revive_below, init_iters
+        self.ema_decay, self.normalize_centroids = ema_decay, normalize_centroids
+        self.centroid_init, self.revive_below = centroid_init, revive_below
+        self.init_iters = init_iters
         self.revive_split, self.split_iters = revive_split, split_iters
         self.register_buffer(
             "centroids", F.normalize(torch.randn(n_heads, n_clusters, d_head), dim=-1)
         )
         self.occupancy: Tensor | None = None  # (H, k) share of the last update's tokens x k
-        self.needs_init = init == "kmeans"
+        self.needs_init = centroid_init == "kmeans"
         self.revived = 0  # centroids moved by revive_below over this module's life
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
@@ -104,7 +105,7 @@ class SphericalKMeans(nn.Module):
 
     def _apply(self, fn, recurse=True):
         """``.to(dtype)``, ``.half()`` etc. move the centroids but keep them fp32: the EMA steps of
-        ``(1 - decay) = 1e-3`` vanish in bf16 / fp16, so they stay fp32 in every model dtype."""
+        ``(1 - ema_decay) = 1e-3`` vanish in bf16 / fp16, so they stay fp32 in every model dtype."""
         centroids = self.centroids
         super()._apply(fn, recurse)
         if self.centroids.dtype != centroids.dtype:
@@ -114,7 +115,8 @@ class SphericalKMeans(nn.Module):
     def extra_repr(self) -> str:
         H, k, D = self.centroids.shape
         return (
-            f"heads={H}, clusters={k}, d_head={D}, decay={self.decay}, normalize={self.normalize}"
+            f"heads={H}, clusters={k}, d_head={D}, ema_decay={self.ema_decay}, "
+            f"normalize_centroids={self.normalize_centroids}"
         )
 
     def _keep_fp32(self) -> None:
@@ -190,8 +192,8 @@ class SphericalKMeans(nn.Module):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
             dist.all_reduce(counts)
-        mu = self.decay * self.centroids + (1 - self.decay) / 2 * sums
-        if self.normalize:
+        mu = self.ema_decay * self.centroids + (1 - self.ema_decay) / 2 * sums
+        if self.normalize_centroids:
             mu = F.normalize(mu, dim=-1)
         self.centroids.copy_(mu)
         self.occupancy = counts / counts.sum(-1, keepdim=True).clamp(min=1) * counts.shape[-1]

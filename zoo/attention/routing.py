@@ -26,6 +26,7 @@ h local/routing heads, D d_head, k clusters, w tokens per cluster.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -42,7 +43,7 @@ from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
 from zoo.kernels.softmax import masked_softmax
 
-__all__ = ["RoutingMode", "RoutingSelfAttention", "causal_routing_stats"]
+__all__ = ["RoutingMode", "RoutingSelfAttention", "RoutingSpec", "causal_routing_stats"]
 
 RoutingMode = Literal["topw", "causal", "random"]
 
@@ -99,8 +100,10 @@ def causal_routing_stats(
         return {"far_share": far.mean(0), "uniformity": uniformity.mean(0)}
 
 
-class RoutingSelfAttention(nn.Module):
-    """A layer's heads split into ``n_local_heads`` local heads and routing heads.
+@dataclass(frozen=True)
+class RoutingSpec:
+    """Every option of a :class:`RoutingSelfAttention` layer, one name per knob: the names of
+    :class:`~zoo.models.routing_transformer.RoutingTransformerConfig`, which builds one per layer.
 
     Args:
         d_model: model width ``C``.
@@ -111,88 +114,115 @@ class RoutingSelfAttention(nn.Module):
         routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
         causal_window: in causal routing, the number of most recent cluster members attended to.
         shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
-        decay, normalize_centroids, centroid_init, revive_below, revive_split: of
-            :class:`SphericalKMeans` (``normalize``, ``init``, ``revive_below``,
-            ``revive_split``).
+        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: of
+            :class:`~zoo.attention.kmeans.SphericalKMeans`, under the same names.
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
-        score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and keys (norm
-            ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``, scaled dot
-            product, scores in ``[-sqrt(D), sqrt(D)]``; ``1.0``: Algorithm 1 line 22 as written,
-            ``A = Q'K'^T``, scores in ``[-D, D]``. Applied by scaling the routed queries and keys,
-            so clusters (scale-invariant) and centroid updates (on the LayerNorm'd vectors) are
-            unchanged. Not with ``max_relative_position``.
+        routing_score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and
+            keys (norm ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``,
+            scaled dot product, scores in ``[-sqrt(D), sqrt(D)]``; ``1.0``: Algorithm 1 line 22
+            as written, ``A = Q'K'^T``, scores in ``[-D, D]``. Applied by scaling the routed
+            queries and keys, so clusters (scale-invariant) and centroid updates (on the
+            LayerNorm'd vectors) are unchanged. Not with ``max_relative_position``.
         rotary: rotary positions (Su et al. 2021) on the LOCAL heads' queries and keys. Routing
             heads stay purely content-based: turning their queries before the k-means would make
             the clusters depend on position.
         bias: biases in the projections.
-        seed: ``"random"`` routing in eval mode draws from its own generator seeded with
-            ``(seed, T)``, so evaluation is repeatable and leaves the global RNG alone (models
-            pass the layer index); training draws from the global RNG, like dropout.
 
-    Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``, ``n_local_heads`` outside
+            ``[0, n_heads]``, causal routing without ``shared_qk``, or a ``routing_score_scale``
+            that is not positive or comes with relative positions.
+        TypeError: an unknown option (Python's own message names it).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_local_heads: int,
-        window: int,
-        n_clusters: int,
-        routing: RoutingMode = "topw",
-        causal_window: int = 64,
-        shared_qk: bool = True,
-        decay: float = 0.999,
-        normalize_centroids: bool = True,
-        centroid_init: Literal["kmeans", "random"] = "random",
-        revive_below: float = 0.0,
-        revive_split: Literal["farthest", "two_means"] = "farthest",
-        max_relative_position: int = 0,
-        score_scale: float | None = None,
-        rotary: bool = False,
-        bias: bool = True,
-        seed: int = 0,
-    ) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        if not 0 <= n_local_heads <= n_heads:
-            raise ValueError(f"n_local_heads must be in [0, {n_heads}], got {n_local_heads}")
-        if routing == "causal" and not shared_qk:
-            raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
-        if score_scale is not None and (score_scale <= 0 or max_relative_position):
+    d_model: int
+    n_heads: int
+    n_local_heads: int
+    window: int
+    n_clusters: int
+    routing: RoutingMode = "topw"
+    causal_window: int = 64
+    shared_qk: bool = True
+    ema_decay: float = 0.999
+    normalize_centroids: bool = True
+    centroid_init: Literal["kmeans", "random"] = "random"
+    revive_below: float = 0.0
+    revive_split: Literal["farthest", "two_means"] = "farthest"
+    max_relative_position: int = 0
+    routing_score_scale: float | None = None
+    rotary: bool = False
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0 <= self.n_local_heads <= self.n_heads:
             raise ValueError(
-                f"score_scale must be positive and without relative positions, got {score_scale}"
+                f"n_local_heads must be in [0, {self.n_heads}], got {self.n_local_heads}"
             )
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        if self.routing == "causal" and not self.shared_qk:
+            raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
+        scale = self.routing_score_scale
+        if scale is not None and (scale <= 0 or self.max_relative_position):
+            raise ValueError(
+                f"routing_score_scale must be positive and without relative positions, got {scale}"
+            )
+
+
+class RoutingSelfAttention(nn.Module):
+    """A layer's heads split into ``n_local_heads`` local heads and routing heads.
+
+    Built from a :class:`RoutingSpec`, or from its options as keywords
+    (``RoutingSelfAttention(d_model=256, n_heads=8, n_local_heads=4, window=128, n_clusters=32)``).
+    ``seed``: ``"random"`` routing in eval mode draws from its own generator seeded with
+    ``(seed, T)``, so evaluation is repeatable and leaves the global RNG alone (models pass the
+    layer index); training draws from the global RNG, like dropout.
+
+    Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
+
+    Raises:
+        ValueError, TypeError: as :class:`RoutingSpec`; TypeError also for a spec and keywords
+            together.
+    """
+
+    def __init__(self, spec: RoutingSpec | None = None, /, *, seed: int = 0, **options) -> None:
+        super().__init__()
+        if spec is not None and options:
+            raise TypeError(f"give a RoutingSpec or its options, not both (got {sorted(options)})")
+        self.spec = spec = spec if spec is not None else RoutingSpec(**options)
+        self.n_heads, self.d_head = spec.n_heads, spec.d_model // spec.n_heads
         # the routed q and k are multiplied by this, so SDPA's 1/sqrt(D) gives score_scale q·k
-        self.routing_gain = (score_scale * self.d_head**0.5) ** 0.5 if score_scale else None
-        self.n_local, self.n_routing = n_local_heads, n_heads - n_local_heads
-        self.window, self.routing, self.causal_window = window, routing, causal_window
+        scale = spec.routing_score_scale
+        self.routing_gain = (scale * self.d_head**0.5) ** 0.5 if scale else None
+        self.n_local, self.n_routing = spec.n_local_heads, spec.n_heads - spec.n_local_heads
+        self.window, self.routing, self.causal_window = (
+            spec.window,
+            spec.routing,
+            spec.causal_window,
+        )
         # the engine's patterns: the local heads' window, and causal routing's window of members
-        self.local_pattern, self.routing_pattern = local(window), local(causal_window)
-        self.shared_qk, self.seed = shared_qk, seed
-        width = 3 * self.n_local + (2 if shared_qk else 3) * self.n_routing
-        self.qkv = nn.Linear(d_model, width * self.d_head, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.local_pattern, self.routing_pattern = local(spec.window), local(spec.causal_window)
+        self.shared_qk, self.seed = spec.shared_qk, seed
+        width = 3 * self.n_local + (2 if spec.shared_qk else 3) * self.n_routing
+        self.qkv = nn.Linear(spec.d_model, width * self.d_head, bias=spec.bias)
+        self.out_proj = nn.Linear(spec.d_model, spec.d_model, bias=spec.bias)  # W^O
         self.kmeans = (
             SphericalKMeans(
                 self.n_routing,
-                n_clusters,
+                spec.n_clusters,
                 self.d_head,
-                decay,
-                normalize_centroids,
-                init=centroid_init,
-                revive_below=revive_below,
-                revive_split=revive_split,
+                spec.ema_decay,
+                spec.normalize_centroids,
+                centroid_init=spec.centroid_init,
+                revive_below=spec.revive_below,
+                revive_split=spec.revive_split,
             )
             if self.n_routing
             else None
         )
-        self.relative = (
-            RelativePositions(max_relative_position, self.d_head) if max_relative_position else None
-        )
-        self.rotary = RotaryEmbedding(self.d_head) if rotary and self.n_local else None
+        relative = spec.max_relative_position
+        self.relative = RelativePositions(relative, self.d_head) if relative else None
+        self.rotary = RotaryEmbedding(self.d_head) if spec.rotary and self.n_local else None
 
     def extra_repr(self) -> str:
         return (
@@ -237,7 +267,7 @@ class RoutingSelfAttention(nn.Module):
 
     def scaled(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """The routing heads' LayerNorm'd ``q, k`` ``(B, h, T, D)`` as routing attention takes
-        them: times ``routing_gain`` under a ``score_scale`` (``k is q`` stays so when shared)."""
+        them: times ``routing_gain`` under a ``routing_score_scale`` (``k is q`` stays so when shared)."""
         if self.routing_gain is None:
             return q, k
         qa = q * self.routing_gain

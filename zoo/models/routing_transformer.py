@@ -20,14 +20,14 @@ Shape legend: B batch, T positions, C d_model, V vocab_size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from zoo.attention import RoutingSelfAttention
-from zoo.attention.routing import RoutingMode
+from zoo.attention.routing import RoutingMode, RoutingSpec
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM
@@ -131,6 +131,17 @@ class RoutingTransformerConfig(TransformerConfig):
         n = self.n_layers if self.n_routing_layers is None else self.n_routing_layers
         return layer >= self.n_layers - n and self.n_local_heads < self.n_heads
 
+    def routing_spec(self, layer: int) -> RoutingSpec:
+        """Layer ``layer``'s attention options: every :class:`RoutingSpec` knob is this config's
+        field of the same name; a layer without routing has all heads local, causal routing's
+        window is :attr:`routing_window`, and rotary positions turn the local heads."""
+        same = {f.name: getattr(self, f.name) for f in fields(RoutingSpec) if hasattr(self, f.name)}
+        return RoutingSpec(**same | {
+            "n_local_heads": self.n_local_heads if self.has_routing(layer) else self.n_heads,
+            "causal_window": self.routing_window,
+            "rotary": self.position == "rotary",
+        })  # fmt: skip
+
 
 @register_model
 class RoutingTransformerLM(TransformerLM):
@@ -158,28 +169,7 @@ class RoutingTransformerLM(TransformerLM):
     config: RoutingTransformerConfig
 
     def build_attention(self, layer: int) -> nn.Module:
-        c = self.config
-        routing = c.has_routing(layer)
-        return RoutingSelfAttention(
-            c.d_model,
-            c.n_heads,
-            n_local_heads=c.n_local_heads if routing else c.n_heads,
-            window=c.window,
-            n_clusters=c.n_clusters,
-            routing=c.routing,
-            causal_window=c.routing_window,
-            shared_qk=c.shared_qk,
-            decay=c.ema_decay,
-            normalize_centroids=c.normalize_centroids,
-            centroid_init=c.centroid_init,
-            revive_below=c.revive_below,
-            revive_split=c.revive_split,
-            max_relative_position=c.max_relative_position,
-            score_scale=c.routing_score_scale,
-            rotary=c.position == "rotary",
-            bias=c.bias,
-            seed=layer,
-        )
+        return RoutingSelfAttention(self.config.routing_spec(layer), seed=layer)
 
     def context_config(self, max_seq_len: int) -> RoutingTransformerConfig:
         """Keeps the causal routing window: by default it is ``max_seq_len / n_clusters``."""
