@@ -17,7 +17,7 @@ import zoo
 from zoo.by_position import bits_by_position, position_table, save_position_profile
 from zoo.cli import main
 from zoo.data import ByteTextDataModule
-from zoo.data.text import EvalWindows
+from zoo.data.windows import EvalWindows
 from zoo.drawing import plot_position_profiles
 from zoo.errors import CheckpointError, ConfigError
 from zoo.evaluation import evaluate

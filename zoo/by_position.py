@@ -11,7 +11,7 @@ import math
 import os
 from pathlib import Path
 
-from zoo.data.text import EvalWindows
+from zoo.data.windows import EvalWindows
 from zoo.errors import ConfigError
 from zoo.evaluation import _require_bytes, _require_positive_slice
 from zoo.loading import extended, load_task
@@ -56,7 +56,7 @@ def bits_by_position(
         batch_size: windows per batch (default: 16, or 1 for contexts of 2048 bytes and more).
         device: where the model runs.
         progress: show a progress bar over the batches.
-        stride: sliding windows (:class:`~zoo.data.text.EvalWindows`): a window every ``stride``
+        stride: sliding windows (:class:`~zoo.data.windows.EvalWindows`): a window every ``stride``
             bytes scoring only its last ``stride`` bytes (all of a document's first window), so
             every byte past a document's first ``context`` is predicted from at least
             ``context - stride`` bytes: the overall ``bits_per_byte`` of a model at its best

@@ -28,7 +28,7 @@ from lightning import Trainer
 
 from zoo.beam_search import PAPER_DECODING, default_decoding
 from zoo.callbacks import hardware
-from zoo.data.text import EvalWindows
+from zoo.data.windows import EvalWindows
 from zoo.errors import CheckpointError, ConfigError, DataNotFoundError
 from zoo.hub.registry import Metric
 from zoo.loading import load_task
@@ -53,7 +53,7 @@ def _require_positive_slice(windows: int | None, first_bytes: int | None = None)
 
 def _require_bytes(datamodule, dataset: str, split: str, data_dir: str | None) -> None:
     """Raise DataNotFoundError when ``split`` (loaded) has no byte to score: every document empty."""
-    from zoo.data.text import corpus_dir
+    from zoo.data.sources import corpus_dir
 
     docs = datamodule.splits[split]
     if sum(max(len(d) - 1, 0) for d in docs) == 0:

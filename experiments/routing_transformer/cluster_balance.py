@@ -23,7 +23,8 @@ than one layer, a second table gives each layer's own per-batch minimum. ``--bf1
     python experiments/routing_transformer/cluster_balance.py --model routing_transformer_small_top2.pg19mini
     python experiments/routing_transformer/cluster_balance.py --model runs/.../checkpoints/last.ckpt \\
         --split valid --batches 64 --out docs/bench/cluster_balance/top2.md
-    python experiments/routing_transformer/cluster_balance.py --model routing_transformer_small_top2.pg19mini \\
+    python experiments/routing_transformer/cluster_balance.py \\
+        --model routing_transformer_small_top2.pg19mini \\
         --split train --batches 200 --replay 0:farthest 0.25:farthest 0.5:farthest 0.5:two_means
 
 ``--model``: a Lightning ``.ckpt``, or anything ``zoo.from_pretrained`` takes. Needs the data set's
@@ -45,7 +46,8 @@ from torch import nn
 
 from zoo.attention import RoutingSelfAttention
 from zoo.attention.kmeans import SphericalKMeans
-from zoo.data.text import RandomWindows, load_byte_corpus
+from zoo.data.text import load_byte_corpus
+from zoo.data.windows import RandomWindows
 from zoo.errors import ZooError
 
 

@@ -12,12 +12,11 @@ from zoo.data.text import (
     PG19MINI_VALID,
     ByteTextDataModule,
     ByteTokenizer,
-    EvalWindows,
-    RandomWindows,
     load_byte_corpus,
     read_enwik8_zip,
     split_enwik8,
 )
+from zoo.data.windows import EvalWindows, RandomWindows
 from zoo.errors import DataNotFoundError
 
 
@@ -178,7 +177,7 @@ def http_server(tmp_path):
 
 
 def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
-    from zoo.data import text
+    from zoo.data import sources, text
 
     root, url = http_server
     (root / "input.txt").write_bytes(b"ROMEO: " * 1000)
@@ -191,22 +190,22 @@ def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
     # into the data directory given, the only place searched next time
     fetched = tmp_path / "none" / "tinyshakespeare" / "input.txt"
     assert fetched.read_bytes() == b"ROMEO: " * 1000
-    assert not (text.cache_dir() / "tinyshakespeare").exists()
+    assert not (sources.cache_dir() / "tinyshakespeare").exists()
     (root / "input.txt").unlink()  # the second load reads the downloaded file
     assert load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True) == parts
     # without a data directory: into the cache
     (root / "input.txt").write_bytes(b"ROMEO: " * 1000)
     assert load_byte_corpus("tinyshakespeare", download=True) == parts
-    assert (text.cache_dir() / "tinyshakespeare" / "input.txt").is_file()
+    assert (sources.cache_dir() / "tinyshakespeare" / "input.txt").is_file()
 
 
 def test_failed_download_leaves_nothing_behind(http_server, tmp_path, monkeypatch):
-    from zoo.data import text
+    from zoo.data import sources, text
 
     _, url = http_server
     monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
     monkeypatch.setitem(text.URLS, "enwik8", f"{url}/missing/enwik8.zip")
     with pytest.raises(DataNotFoundError, match="could not download .*missing/enwik8.zip"):
         load_byte_corpus("enwik8", data_dir=tmp_path / "none", download=True)
-    folder = text.cache_dir() / "enwik8"
+    folder = sources.cache_dir() / "enwik8"
     assert not folder.exists() or not any(folder.iterdir())

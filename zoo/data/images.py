@@ -49,7 +49,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.config import require_positive
-from zoo.data.text import _download, _find, _not_found, cache_dir, download_dir
+from zoo.data.sources import cache_dir, download_dir, fetch_file, find_file, not_found
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -195,18 +195,18 @@ def _cached(source: Path, name: str, read) -> dict[str, np.ndarray]:
 
 
 def _cifar10(data_dir, download: bool) -> dict[str, np.ndarray]:
-    release = _find("cifar10", ["cifar-10-python.tar.gz"], data_dir)
+    release = find_file("cifar10", ["cifar-10-python.tar.gz"], data_dir)
     if release is not None:
         return _cached(release, "cifar10-release", lambda: _read_cifar10_release(release))
-    zips = {s: _find("cifar10", [f"cifar10_jpg_{s}.zip"], data_dir) for s in ("train", "test")}
+    zips = {s: find_file("cifar10", [f"cifar10_jpg_{s}.zip"], data_dir) for s in ("train", "test")}
     if all(zips.values()):
         return {s: _cached(p, f"cifar10-jpg-{s}", lambda p=p, s=s: {s: _read_jpeg_zip(p)})[s]
                 for s, p in zips.items()}  # fmt: skip
     if not download:
-        raise _not_found("cifar10", ["cifar-10-python.tar.gz", "cifar10_jpg_{train,test}.zip"],
+        raise not_found("cifar10", ["cifar-10-python.tar.gz", "cifar10_jpg_{train,test}.zip"],
                          data_dir, f"The release is at {CIFAR10_URL}.")  # fmt: skip
     dest = download_dir(data_dir) / "cifar10" / "cifar-10-python.tar.gz"
-    release = _download(CIFAR10_URL, dest)
+    release = fetch_file(CIFAR10_URL, dest)
     return _cached(release, "cifar10-release", lambda: _read_cifar10_release(release))
 
 
@@ -216,7 +216,7 @@ def _idx(dataset: str, data_dir, download: bool, splits: Sequence[str]) -> dict[
         if split not in splits:
             continue
         name = f"{stem}-images-idx3-ubyte.gz"
-        path = _find(dataset, [name, name[:-3]], data_dir)
+        path = find_file(dataset, [name, name[:-3]], data_dir)
         debian = DEBIAN_FASHION_MNIST / name
         if path is None and dataset == "fashion_mnist" and not data_dir and debian.is_file():
             path = debian
@@ -224,9 +224,9 @@ def _idx(dataset: str, data_dir, download: bool, splits: Sequence[str]) -> dict[
             if not download:
                 hint = ("Debian: apt-get install dataset-fashion-mnist. "
                         if dataset == "fashion_mnist" else "")  # fmt: skip
-                raise _not_found(dataset, [name], data_dir, hint)
+                raise not_found(dataset, [name], data_dir, hint)
             dest = download_dir(data_dir) / dataset / name
-            path = _download(IDX_URLS[dataset].format(name=name), dest)
+            path = fetch_file(IDX_URLS[dataset].format(name=name), dest)
         out[split] = _read_idx(path)
     return out
 

@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader, Sampler
 
 from zoo.config import require_positive
 from zoo.data.long_range_tasks import SPLIT_STREAM, LongRangeTask, TaskExamples
-from zoo.data.text import EvalWindows, ResumableLoader, load_byte_corpus, samples_done
+from zoo.data.text import load_byte_corpus
+from zoo.data.windows import EvalWindows, ResumableLoader, samples_done
 from zoo.errors import ConfigError
 
 __all__ = [

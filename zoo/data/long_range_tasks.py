@@ -27,7 +27,7 @@ copy probe's convention, :mod:`zoo.probes`).
   :class:`~zoo.data.ByteTextDataModule` reads them); with probability ``rate`` a window gets
   ``n_pairs`` planted repeats, each a span of ``span`` random letters (the copy probe's kind) or
   bytes written twice. Every target is scored, as in plain language modelling. Validation and test
-  are pg19mini's own (every byte of the split once, :class:`~zoo.data.text.EvalWindows`), so
+  are pg19mini's own (every byte of the split once, :class:`~zoo.data.windows.EvalWindows`), so
   ``val/bpb`` and ``test/bpb`` compare with every pg19mini recipe; retrieval is measured apart,
   by :func:`~zoo.data.long_range.task_accuracy_by_distance` on ``n_eval`` windows of the split
   with planted repeats.
@@ -57,7 +57,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from zoo.config import require_positive
-from zoo.data.text import IGNORE_INDEX
+from zoo.data.windows import IGNORE_INDEX
 from zoo.errors import ConfigError
 
 __all__ = [

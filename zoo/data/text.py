@@ -11,18 +11,15 @@ Corpora (``dataset=``) and their splits:
 - ``tinyshakespeare``: char-rnn's 1.1 MB file, split 90/5/5 % in order.
 - ``text_file``: any local UTF-8 (or binary) file given by ``path``, split 90/5/5 % in order.
 
-Where the files come from (the layout of ``<dir>/<dataset>/...``): ``data_dir`` alone when it is
-given (an explicit directory is the only place searched, and downloads go there); otherwise
-``$ZOO_DATA_DIR``, then the download cache ``$ZOO_CACHE_DIR`` (default ``~/.cache/zoo``), filled
-from each set's public home when ``download=True``.
+The files are found as :mod:`zoo.data.sources` says (``data_dir``, else ``$ZOO_DATA_DIR``, then
+the download cache, filled from each set's public home when ``download=True``).
 
 An empty file (a zero-byte book) is read as an empty document, which scores nothing: loading it
 warns (:class:`EmptyDataWarning`), naming the file, and the split's measurements cover the other
 documents only.
 
-Training draws random windows; evaluation covers every byte of a split exactly once with
-non-overlapping windows per document (the last window of a document is padded, and padding targets
-are ``-100``, ignored by the loss). The first byte of each document has no context and is not scored.
+Training draws random windows; evaluation covers every byte of a split exactly once
+(:mod:`zoo.data.windows`). The first byte of each document has no context and is not scored.
 """
 
 from __future__ import annotations
@@ -39,24 +36,28 @@ import numpy as np
 import torch
 from lightning import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 
 from zoo.config import require_positive
+from zoo.data.sources import download_dir, fetch_file, find_file, not_found
+from zoo.data.windows import (
+    EvalWindows,
+    RandomWindows,
+    ResumableLoader,
+    ResumableOrder,
+    samples_done,
+)
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
     "ByteTextDataModule",
     "ByteTokenizer",
     "EmptyDataWarning",
-    "EvalWindows",
-    "RandomWindows",
     "load_byte_corpus",
-    "samples_done",
     "split_enwik8",
 ]
 
 Split = Literal["train", "valid", "test"]
-IGNORE_INDEX = -100
 
 # pg19mini's book-level split (the ``splits.tsv`` shipped with the data, embedded so that the online
 # download path knows it too).
@@ -94,81 +95,6 @@ class ByteTokenizer:
         if isinstance(ids, Tensor):
             ids = ids.tolist()
         return bytes(ids).decode("utf-8", errors="replace")
-
-
-# --- finding and reading the files -----------------------------------------------------------------
-def cache_dir() -> Path:
-    return Path(os.environ.get("ZOO_CACHE_DIR", Path.home() / ".cache" / "zoo")) / "data"
-
-
-def search_dirs(data_dir: str | os.PathLike | None) -> list[Path]:
-    """Directories searched for ``<dataset>/...``, in order: ``[data_dir]`` alone when it is given
-    (``$ZOO_DATA_DIR`` and the cache are not searched then), else ``$ZOO_DATA_DIR`` and the
-    download cache."""
-    if data_dir:
-        return [Path(data_dir).expanduser()]
-    dirs = [Path(os.environ["ZOO_DATA_DIR"])] if os.environ.get("ZOO_DATA_DIR") else []
-    return [*dirs, cache_dir()]
-
-
-def download_dir(data_dir: str | os.PathLike | None) -> Path:
-    """Where downloaded files go: ``data_dir`` when it is given (the only place searched then, so
-    the files are found there next time), else the download cache."""
-    return Path(data_dir).expanduser() if data_dir else cache_dir()
-
-
-def corpus_dir(dataset: str, data_dir: str | os.PathLike | None) -> Path:
-    """``<dir>/<dataset>`` of the first search directory that holds ``<dataset>/`` (the first
-    search directory's when none does): where the data set's files are read from, for messages."""
-    dirs = search_dirs(data_dir)
-    return next((d / dataset for d in dirs if (d / dataset).is_dir()), dirs[0] / dataset)
-
-
-def _find(dataset: str, names: Sequence[str], data_dir: str | os.PathLike | None) -> Path | None:
-    for root in search_dirs(data_dir):
-        for name in names:
-            for candidate in (root / dataset / name, root / name):
-                if candidate.is_file():
-                    return candidate
-    return None
-
-
-def _download(url: str, dest: Path) -> Path:
-    """Download ``url`` to ``dest`` (via a temporary file, so an interrupted download leaves nothing)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        torch.hub.download_url_to_file(url, str(dest), progress=True)
-    except Exception as e:  # URLError, HTTPError, timeouts
-        raise DataNotFoundError(f"could not download {url}: {e}") from None
-    return dest
-
-
-def _not_found(dataset: str, names: Sequence[str], data_dir, hint: str) -> DataNotFoundError:
-    """The one-line error for a data set not found: where it was looked for and how to fix it."""
-    flags = "(zoo evaluate: --data-dir; zoo fit: --data.init_args.data_dir; Python: data_dir=)"
-    fetch = (
-        "or fetch it from its public home (zoo fit: --data.init_args.download true; Python: "
-        "download=True)."
-    )
-    if data_dir:
-        env = os.environ.get("ZOO_DATA_DIR")
-        elsewhere = (
-            f" Leave the data directory out to use $ZOO_DATA_DIR ({env}), which has {dataset}/."
-            if env and (Path(env) / dataset).is_dir()
-            else ""
-        )
-        return DataNotFoundError(
-            f"{dataset}: none of {list(names)} found in {Path(data_dir) / dataset}, the data "
-            f"directory given {flags}: when one is given it is the only place searched "
-            f"($ZOO_DATA_DIR is not). {hint} Put {dataset}/ under {data_dir}, give the directory "
-            f"that holds {dataset}/, {fetch}{elsewhere}"
-        )
-    looked = ", ".join(str(d / dataset) for d in search_dirs(data_dir))
-    return DataNotFoundError(
-        f"{dataset}: none of {list(names)} found in [{looked}]. {hint} Point the ZOO_DATA_DIR "
-        f"environment variable or the data directory {flags} at a directory holding "
-        f"{dataset}/, {fetch}"
-    )
 
 
 def _warn_empty(dataset: str, split: str, empty: Sequence[Path], total: int) -> None:
@@ -243,13 +169,13 @@ def locate(
     Raises:
         DataNotFoundError: not found locally, and not downloadable or not downloaded.
     """
-    found = _find(folder, names, data_dir)
+    found = find_file(folder, names, data_dir)
     if found is not None:
         return found
     if download and source is not None:
         url, filename = source
-        return _download(url, download_dir(data_dir) / folder / filename)
-    raise _not_found(folder, names, data_dir, hint)
+        return fetch_file(url, download_dir(data_dir) / folder / filename)
+    raise not_found(folder, names, data_dir, hint)
 
 
 def _pg19mini(data_dir, download: bool, splits: Sequence[str]) -> dict[str, list[bytes]]:
@@ -343,132 +269,7 @@ def load_byte_corpus(
     return {s: parts[s] for s in splits}
 
 
-# --- windows ---------------------------------------------------------------------------------------
-class RandomWindows(Dataset):
-    """``num_samples`` random windows of ``seq_len + 1`` bytes from one byte stream.
-
-    Item ``i`` is ``(x, y)``, two int64 tensors of shape ``(seq_len,)`` with ``y`` = ``x`` shifted by
-    one. Window ``i`` depends only on ``(seed, i)``, so runs are reproducible.
-    """
-
-    def __init__(self, data: np.ndarray, seq_len: int, num_samples: int, seed: int = 0) -> None:
-        if len(data) < seq_len + 1:
-            raise ValueError(
-                f"the training split has {len(data)} bytes, fewer than seq_len + 1 = "
-                f"{seq_len + 1}; use a shorter seq_len or more data"
-            )
-        self.data, self.seq_len, self.num_samples, self.seed = data, seq_len, num_samples, seed
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        start = np.random.default_rng((self.seed, i)).integers(0, len(self.data) - self.seq_len)
-        chunk = torch.from_numpy(self.data[start : start + self.seq_len + 1].astype(np.int64))
-        return chunk[:-1], chunk[1:]
-
-
-class ResumableOrder(Sampler[int]):
-    """The order of the training windows: a permutation of ``range(n)`` drawn from
-    ``(seed, epoch)`` alone, entered ``start`` indices in on the first epoch iterated.
-
-    A resumed run passes ``start`` = the windows its steps have already consumed, so it continues
-    with exactly the batches an uninterrupted run would see (Lightning calls ``set_epoch``).
-    """
-
-    def __init__(self, n: int, seed: int = 0, start: int = 0) -> None:
-        self.n, self.seed, self.start, self.epoch = n, seed, start, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.n, generator=g).tolist()
-        start, self.start = self.start, 0
-        return iter(order[start:])
-
-    def __len__(self) -> int:
-        return self.n - self.start
-
-
-class ResumableLoader(DataLoader):
-    """A DataLoader whose position comes from the trainer's step count (see
-    :class:`ResumableOrder`), so it needs no state of its own; ``state_dict`` tells Lightning
-    that it resumes mid-epoch correctly."""
-
-    def state_dict(self) -> dict:
-        return {"order": "ResumableOrder, positioned by the global step"}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        pass
-
-
-class EvalWindows(Dataset):
-    """Windows covering every scored byte of every document exactly once.
-
-    A document of ``L`` bytes has ``L - 1`` targets. With ``stride=None`` (or ``seq_len``) the
-    windows do not overlap: ``ceil((L - 1) / seq_len)`` of them, the last padded with ``x = 0`` and
-    ``y = -100``. With ``stride=s < seq_len`` they slide: a window starts every ``s`` bytes and
-    scores only its last ``s`` targets (the others are ``y = -100``), except the document's first
-    window, which scores all of its targets; so every target past a document's first ``seq_len``
-    is predicted from at least ``seq_len - s`` bytes before it (a sliding-window evaluation, the
-    fair way to compare models of different contexts; ``seq_len / s`` times the compute).
-
-    Raises:
-        ValueError: ``stride`` outside ``[1, seq_len]``.
-    """
-
-    def __init__(self, docs: Sequence[np.ndarray], seq_len: int, stride: int | None = None) -> None:
-        stride = seq_len if stride is None else stride
-        if not 1 <= stride <= seq_len:
-            raise ValueError(f"stride must be in [1, seq_len={seq_len}], got {stride}")
-        self.docs, self.seq_len, self.stride = docs, seq_len, stride
-        # a window starting at s > 0 scores targets [s + seq_len - stride, s + seq_len)
-        self.index = [
-            (d, s)
-            for d, doc in enumerate(docs)
-            for s in range(0, len(doc) - 1, stride)
-            if s == 0 or s + seq_len - stride < len(doc) - 1
-        ]
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    @property
-    def num_targets(self) -> int:
-        return sum(max(len(doc) - 1, 0) for doc in self.docs)
-
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        d, start = self.index[i]
-        chunk = torch.from_numpy(self.docs[d][start : start + self.seq_len + 1].astype(np.int64))
-        x = torch.zeros(self.seq_len, dtype=torch.int64)
-        y = torch.full((self.seq_len,), IGNORE_INDEX, dtype=torch.int64)
-        n = len(chunk) - 1
-        x[:n], y[:n] = chunk[:-1], chunk[1:]
-        if start > 0:  # seen by the window before: keep only the last `stride` targets
-            y[: self.seq_len - self.stride] = IGNORE_INDEX
-        return x, y
-
-
 # --- the DataModule --------------------------------------------------------------------------------
-def samples_done(trainer, n: int, batch_size: int) -> int:
-    """Samples of the current epoch (``n`` per epoch, in batches of ``batch_size``) that the
-    optimizer steps of a resumed run, ``trainer`` (or None), already trained on; 0 for a fresh run.
-    Its training loader starts there, so a resumed run sees what an uninterrupted one would."""
-    if trainer is None or not trainer.global_step:
-        return 0
-    per_epoch = n // batch_size
-    limit = trainer.limit_train_batches
-    if isinstance(limit, int):
-        per_epoch = min(per_epoch, limit)
-    elif isinstance(limit, float) and limit < 1.0:
-        per_epoch = int(per_epoch * limit)
-    done = trainer.global_step * trainer.accumulate_grad_batches
-    done -= trainer.current_epoch * per_epoch
-    return max(0, min(done, per_epoch)) * batch_size
-
-
 class ByteTextDataModule(LightningDataModule):
     """Byte-level language-modelling data: batches ``(x, y)`` of int64 ``(batch_size, seq_len)``.
 

@@ -44,7 +44,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.config import require_positive
-from zoo.data.text import _download, _find, _not_found, download_dir
+from zoo.data.sources import download_dir, fetch_file, find_file, not_found
 from zoo.errors import ConfigError, DataNotFoundError
 
 __all__ = [
@@ -84,12 +84,12 @@ def _multi30k(split: str, lang: str, data_dir, download: bool) -> list[str]:
     if split not in MULTI30K_SPLITS:
         raise ConfigError(f"multi30k has no split {split!r}; splits: {', '.join(MULTI30K_SPLITS)}")
     name = f"{split}.{lang}.gz"
-    path = _find("multi30k", [f"raw/{name}", name], data_dir)
+    path = find_file("multi30k", [f"raw/{name}", name], data_dir)
     if path is None:
         if not download:
-            raise _not_found("multi30k", [f"raw/{name}"], data_dir, "")
+            raise not_found("multi30k", [f"raw/{name}"], data_dir, "")
         dest = download_dir(data_dir) / "multi30k" / "raw" / name
-        path = _download(MULTI30K_URL.format(name=name), dest)
+        path = fetch_file(MULTI30K_URL.format(name=name), dest)
     return _read_lines(path)
 
 
@@ -139,15 +139,15 @@ def _wmt14(split: str, lang: str, role: str, data_dir, download: bool) -> list[s
     lines: list[str] = []
     for tarball, pattern in WMT14_FILES[split]:
         member = pattern.format(lang=lang, role=role)
-        path = _find("wmt14", [member, Path(member).name], data_dir)
+        path = find_file("wmt14", [member, Path(member).name], data_dir)
         if path is None:
-            archive = _find("wmt14", [tarball], data_dir)
+            archive = find_file("wmt14", [tarball], data_dir)
             if archive is None:
                 if not download:
-                    raise _not_found("wmt14", [member, tarball], data_dir,
+                    raise not_found("wmt14", [member, tarball], data_dir,
                                      f"It is in {WMT14_URLS[tarball]}.")  # fmt: skip
                 dest = download_dir(data_dir) / "wmt14" / tarball
-                archive = _download(WMT14_URLS[tarball], dest)
+                archive = fetch_file(WMT14_URLS[tarball], dest)
             path = _extract(archive, member, download_dir(data_dir) / "wmt14" / member)
         lines += _read_lines(path)
     return lines
