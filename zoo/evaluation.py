@@ -30,7 +30,7 @@ from zoo.beam_search import PAPER_DECODING, default_decoding
 from zoo.callbacks import hardware
 from zoo.data.windows import EvalWindows
 from zoo.errors import CheckpointError, ConfigError, DataNotFoundError
-from zoo.hub.registry import Metric
+from zoo.hub.schema import Metric
 from zoo.loading import load_task
 from zoo.pretrained import find_checkpoint
 
@@ -102,7 +102,7 @@ def evaluate(
             e.g. a book outside pg19mini.
 
     Returns:
-        a :class:`~zoo.hub.registry.Metric` (``value`` in bits per byte) with the bytes scored.
+        a :class:`~zoo.hub.schema.Metric` (``value`` in bits per byte) with the bytes scored.
         Empty documents (zero-byte files) score nothing and warn
         (:class:`~zoo.data.text.EmptyDataWarning`).
 
@@ -237,7 +237,7 @@ def evaluate_images(
         batch_size: images per batch (default 8).
 
     Returns:
-        a :class:`~zoo.hub.registry.Metric` named ``bits_per_dim`` (``windows``: the images,
+        a :class:`~zoo.hub.schema.Metric` named ``bits_per_dim`` (``windows``: the images,
         ``targets``: the sub-pixels scored; ``context``: sub-pixels per image).
 
     Raises:
@@ -327,7 +327,7 @@ def evaluate_translation(
         source_lang, target_lang: default: the languages the model was trained on, else de -> en.
 
     Returns:
-        a :class:`~zoo.hub.registry.Metric` named ``bleu`` (0-100) with sacrebleu's ``signature``
+        a :class:`~zoo.hub.schema.Metric` named ``bleu`` (0-100) with sacrebleu's ``signature``
         and the ``decoding`` used, plus ``checkpoint`` (the averaged steps) when known;
         ``windows``: the sentences of a slice, ``targets``: the sentences scored.
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from zoo.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
-    from zoo.hub.registry import Metric
+    from zoo.hub.schema import Metric
 
 __all__ = [
     "COPY_PROBE_FILES",
@@ -378,13 +378,13 @@ def copy_probe(
 
 def gain_metric(probe: CopyProbe, distance: int, *, hardware: str | None = None,
                 date: str | None = None) -> Metric:  # fmt: skip
-    """The registry's ``copy_gain`` :class:`~zoo.hub.registry.Metric` of ``probe`` at
+    """The registry's ``copy_gain`` :class:`~zoo.hub.schema.Metric` of ``probe`` at
     ``distance``: its gain in bits per byte, measured in fp32 on ``probe.trials`` windows.
 
     Raises:
         ConfigError: ``probe`` did not measure ``distance``, or was measured on a text file.
     """
-    from zoo.hub.registry import Metric
+    from zoo.hub.schema import Metric
 
     if distance not in probe.distances or probe.text_file is not None:
         raise ConfigError(

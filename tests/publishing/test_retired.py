@@ -17,7 +17,8 @@ from zoo.cli import main
 from zoo.commands.listing import markdown_table
 from zoo.errors import RegistryError, RetiredCheckpointWarning
 from zoo.hub import load_registry
-from zoo.hub.registry import Registry, Retirement
+from zoo.hub.registry import Registry
+from zoo.hub.schema import Retirement
 
 OLD = "transformer_lm_tiny.pg19mini_v0"  # a copy of the tiny checkpoint, retired in its favour
 RETIRED = {"reason": "loses to transformer_lm_tiny.pg19mini (7.95 against 7.90 bits/byte)",

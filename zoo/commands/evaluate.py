@@ -19,7 +19,7 @@ __all__ = ["evaluate_main"]
 
 def evaluate_main(args: list[str]) -> None:
     from zoo.callbacks import quiet_lightning_warnings
-    from zoo.hub.registry import METRICS
+    from zoo.hub.schema import METRICS
 
     parser = argparse.ArgumentParser(
         prog="zoo evaluate",

@@ -262,7 +262,8 @@ def _listing(entries, registry, console: Console, wide: bool) -> str:
 
 def list_main(args: list[str]) -> None:
     from zoo.hub import load_registry
-    from zoo.hub.registry import TASKS, list_pretrained
+    from zoo.hub.registry import list_pretrained
+    from zoo.hub.schema import TASKS
 
     parser = argparse.ArgumentParser(
         prog="zoo list",

@@ -1,6 +1,7 @@
 """Published checkpoints, read side: the ``checkpoints.yaml`` registry and verified downloads.
 
-- :mod:`zoo.hub.registry`: the registry file, its schema, :func:`list_pretrained`.
+- :mod:`zoo.hub.registry`: the registry file, :func:`list_pretrained`; :mod:`zoo.hub.schema`: what
+  an entry holds (its JSON Schema and typed view).
 - :mod:`zoo.hub.download`: where a checkpoint's files come from (shipped copy, HF cache, Hub),
   sha256 verification, ``zoo pull``.
 
@@ -9,7 +10,8 @@ It resolves and verifies, and nothing more: publishing (export, cards, push) is
 """
 
 from zoo.hub.download import fetch, pull, resolve, sha256_file, weights_source
-from zoo.hub.registry import CheckpointEntry, Metric, Registry, list_pretrained, load_registry
+from zoo.hub.registry import Registry, list_pretrained, load_registry
+from zoo.hub.schema import CheckpointEntry, Metric
 
 __all__ = [
     "CheckpointEntry",

@@ -44,7 +44,8 @@ from zoo.errors import (
     UnknownModelError,
 )
 from zoo.files import explicit_path, sha256_file
-from zoo.hub.registry import CheckpointEntry, Registry, load_registry
+from zoo.hub.registry import Registry, load_registry
+from zoo.hub.schema import CheckpointEntry
 
 __all__ = [
     "LOAD_FILES",

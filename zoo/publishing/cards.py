@@ -17,7 +17,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from zoo.hub.registry import TASKS, Metric
+from zoo.hub.schema import TASKS, Metric
 
 __all__ = ["CAVEATS", "DATASETS", "TASK_CARDS", "TaskCard", "model_card", "structure_of", "task_of"]
 
@@ -111,7 +111,7 @@ test BLEU below was measured.""",
 
 
 def task_of(metrics: list[Metric]) -> str:
-    """The task whose headline metric the metrics hold (:data:`~zoo.hub.registry.TASKS`):
+    """The task whose headline metric the metrics hold (:data:`~zoo.hub.schema.TASKS`):
     ``image_lm`` for bits per dim, ``translation`` for BLEU, else ``causal_lm``."""
     names = {m.name for m in metrics}
     return next((t for t, metric in TASKS.items() if metric in names), "causal_lm")
@@ -157,7 +157,7 @@ def model_card(
 ) -> ModelCard:
     """The README.md of a published checkpoint, with model-index metadata.
 
-    ``task`` (a key of :data:`zoo.hub.registry.TASKS`) picks the card's wording. In the
+    ``task`` (a key of :data:`zoo.hub.schema.TASKS`) picks the card's wording. In the
     model-index a slice of a split is named as such (``"test (slice: first 16 windows)"``), so it
     never reads as the split's score. ``by_position`` (the text of ``by_position.md``) and
     ``by_position_plot`` (the PNG's path relative to the card) add a section on bits per byte by

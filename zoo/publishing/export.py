@@ -36,7 +36,8 @@ from zoo.errors import CheckpointError, ConfigError
 from zoo.golden import GOLDEN_NAME
 from zoo.golden import record as record_golden
 from zoo.hub.download import sha256_file
-from zoo.hub.registry import CheckpointEntry, Metric, Registry, load_registry
+from zoo.hub.registry import Registry, load_registry
+from zoo.hub.schema import CheckpointEntry, Metric
 from zoo.lineage import checkpoint_name, git_commit
 from zoo.publishing.cards import model_card, structure_of, task_of
 

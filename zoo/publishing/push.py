@@ -17,7 +17,8 @@ from huggingface_hub.utils import validate_repo_id
 
 from zoo.errors import CheckpointError, ConfigError, HubError
 from zoo.hub.download import endpoint, sha256_file
-from zoo.hub.registry import CheckpointEntry, Metric, load_registry
+from zoo.hub.registry import load_registry
+from zoo.hub.schema import CheckpointEntry, Metric
 from zoo.publishing.export import PUBLISHED_FILES, export_run
 
 __all__ = ["checked_repo_id", "pin_revision", "push"]
