@@ -9,7 +9,7 @@ from fakes import fake_run
 
 from zoo.hub import Metric
 from zoo.publishing import export_run
-from zoo.publishing.export import _with_earlier_stages
+from zoo.publishing.training import with_earlier_stages
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/sparse_transformer/sparse_transformer_small.pg19mini.yaml"
@@ -66,7 +66,7 @@ def test_a_second_stage_exports_with_both_stages_and_their_totals(tmp_path):
 def test_a_fine_tune_of_a_published_checkpoint_is_not_a_stage():
     facts = {"optimizer_steps": 7, "tokens": 10, "wall_time_s": 1.0,
              "lineage": {"parent": "transformer_lm_small.pg19mini"}}  # fmt: skip
-    assert _with_earlier_stages(dict(facts), recipe="r.yaml") == facts
+    assert with_earlier_stages(dict(facts), recipe="r.yaml") == facts
 
 
 def _previous(folder: Path, **facts) -> Path:
@@ -82,7 +82,7 @@ def test_a_new_version_trained_on_from_the_previous_one_lists_both_stages(tmp_pa
     facts = {"optimizer_steps": 1500, "tokens": 196_608_000, "wall_time_s": 248.9,
              "hardware": "GPU B", "data": {"seq_len": 8192, "batch_size": 16},
              "optimization": {"lr": 5e-4}, "lineage": {"parent": str(previous)}}  # fmt: skip
-    staged = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="stage2.yaml")
+    staged = with_earlier_stages(dict(facts), "m.pg19mini", recipe="stage2.yaml")
     assert [st.get("checkpoint") for st in staged["stages"]] == [
         "m.pg19mini (previous version)",
         None,
@@ -92,11 +92,11 @@ def test_a_new_version_trained_on_from_the_previous_one_lists_both_stages(tmp_pa
         3500, 458_752_000, 625.5)  # fmt: skip
     assert staged["hardware"] == "GPU A; GPU B"
     # another checkpoint's folder: a fine-tune into a new model, one stage
-    assert _with_earlier_stages(dict(facts), "other.pg19mini", recipe="r.yaml") == facts
+    assert with_earlier_stages(dict(facts), "other.pg19mini", recipe="r.yaml") == facts
 
 
 def test_training_facts_record_the_extra_training_sets():
-    from zoo.publishing.export import training_facts
+    from zoo.publishing.training import training_facts
 
     data = {"dataset": "pg19mini", "extra_train": ["enwik8_prefix"]}
     ckpt = {"global_step": 3, "hyper_parameters": {}, "datamodule_hyper_parameters": data}
@@ -126,7 +126,7 @@ def test_exporting_a_new_version_again_does_not_count_its_stage_twice(tmp_path):
                          wall_time_s=2.0, hardware="A", data={}, optimization={})  # fmt: skip
     facts = {"optimizer_steps": 10, "tokens": 100, "wall_time_s": 1.0, "hardware": "B",
              "data": {}, "optimization": {}, "lineage": {"parent": str(previous)}}  # fmt: skip
-    once = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
+    once = with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
     (previous / "training.json").write_text(json.dumps(once))  # the first export's output
-    twice = _with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
+    twice = with_earlier_stages(dict(facts), "m.pg19mini", recipe="r.yaml")
     assert twice["stages"] == once["stages"] and twice["optimizer_steps"] == 30

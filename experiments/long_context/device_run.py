@@ -84,7 +84,7 @@ def save_bf16(run: Path, out: Path) -> None:
 
     from zoo.loading import load_task
     from zoo.pretrained import find_checkpoint
-    from zoo.publishing.export import training_facts
+    from zoo.publishing.training import training_facts
 
     path = find_checkpoint(run)
     model = load_task(path).model.to(torch.bfloat16)
