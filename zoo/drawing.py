@@ -28,7 +28,7 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from zoo.profiles import ContextProfile, PositionProfile
+    from zoo.profiles import ContextProfile, CopyProbe, PositionProfile
 
 __all__ = [
     "AttentionMap",
@@ -36,6 +36,7 @@ __all__ = [
     "draw_pattern",
     "draw_patterns_on_image",
     "plot_context_profiles",
+    "plot_copy_probe",
     "plot_position_profiles",
 ]
 
@@ -310,5 +311,37 @@ def _finish_bits_plot(fig, ax, path: str | os.PathLike, title: str, xlabel: str)
         fig.set_size_inches(fig.get_size_inches()[0] + 2.2, fig.get_size_inches()[1])
     else:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | None = None) -> Path:
+    """A PNG of two panels against the distance (log-2 axis): the repeat's and the control's bits
+    per byte, and the gain with its 95% interval. Returns the path written."""
+    from matplotlib.ticker import FuncFormatter
+
+    p = probe
+    fig, (bits, gain) = _pyplot().subplots(1, 2, figsize=(10, 4.2))
+    bits.plot(p.distances, p.repeat, marker="o", label="repeat: first copy d bytes back")
+    bits.plot(p.distances, [p.control] * len(p.distances), linestyle="--",
+              label="control: no first copy")  # fmt: skip
+    bits.set_ylabel(f"bits per byte on the span's last {p.span - p.cue} bytes")
+    low = [g - lo for g, lo in zip(p.gain, p.gain_low, strict=True)]
+    high = [hi - g for g, hi in zip(p.gain, p.gain_high, strict=True)]
+    gain.errorbar(p.distances, p.gain, yerr=[low, high], marker="o", capsize=3,
+                  label="gain, 95% t-interval")  # fmt: skip
+    gain.axhline(0.0, color="grey", linewidth=0.8)
+    gain.set_ylabel("retrieval gain: control − repeat (bits/byte)")
+    for ax in (bits, gain):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+        ax.set_xlabel("distance d between the copies (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(
+        f"copy probe: {label or p.source} on {p.text}, {p.trials} windows of "
+        f"{p.max_seq_len:,} bytes, span {p.span}, cue {p.cue}",
+        fontsize=9,
+    )
     fig.tight_layout()
     return _save(fig, path)

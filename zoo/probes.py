@@ -31,19 +31,19 @@ uncertainty. The model runs in fp32, in eval mode, the trials batched in forward
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo.errors import CheckpointError, ConfigError
+from zoo.drawing import plot_copy_probe
+from zoo.errors import ConfigError
+from zoo.profiles import COPY_PROBE_FILES, CopyProbe, default_distances, load_copy_probe
 
 if TYPE_CHECKING:
     from zoo.hub.schema import Metric
 
+# CopyProbe, its reader and defaults live in zoo.profiles with the other profiles; named here too
 __all__ = [
     "COPY_PROBE_FILES",
     "CopyProbe",
@@ -55,101 +55,11 @@ __all__ = [
     "default_distances",
     "gain_metric",
     "load_copy_probe",
-    "plot_copy_probe",
     "save_copy_probe",
     "t_critical",
 ]
 
-COPY_PROBE_FILES = ("copy_probe.md", "copy_probe.json", "copy_probe.png")
 CONFIDENCE = 0.95
-DEFAULTS = {"split": "test", "span": 32, "cue": 8, "trials": 32, "seed": 0}
-
-
-@dataclass(frozen=True)
-class CopyProbe:
-    """The copy probe's result (module docstring): bits per byte on the scored bytes of the span
-    (its last ``span - cue``), per distance.
-
-    ``repeat[i]`` is the mean over the trials at ``distances[i]``, ``control`` the mean without the
-    first copy (the same at every distance), ``gain[i] = control - repeat[i]`` and
-    ``[gain_low[i], gain_high[i]]`` its 95% Student-t interval over the trials' paired gains, all
-    in bits per byte. ``trial_control[t]`` and ``trial_repeat[i][t]`` are trial ``t``'s values,
-    for paired comparisons; ``windows[t]`` is where its window starts: ``(document, byte)`` of the
-    split's documents (document 0 for a text file).
-    """
-
-    source: str
-    dataset: str | None  # None: a text file
-    split: str | None
-    text_file: str | None
-    max_seq_len: int  # n: the window, the model's context
-    span: int  # m: random lowercase letters
-    cue: int  # k: bytes of the second copy not scored
-    trials: int
-    seed: int
-    distances: tuple[int, ...]
-    repeat: tuple[float, ...]
-    control: float
-    gain: tuple[float, ...]
-    gain_low: tuple[float, ...]
-    gain_high: tuple[float, ...]
-    windows: tuple[tuple[int, int], ...] = ()
-    trial_control: tuple[float, ...] = ()
-    trial_repeat: tuple[tuple[float, ...], ...] = ()
-
-    def __post_init__(self) -> None:  # from JSON: lists
-        for name in ("distances", "repeat", "gain", "gain_low", "gain_high", "trial_control"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name in ("windows", "trial_repeat"):
-            object.__setattr__(self, name, tuple(tuple(r) for r in getattr(self, name)))
-
-    @property
-    def text(self) -> str:
-        """Where the windows come from: ``pg19mini test`` or the file."""
-        return f"{self.dataset} {self.split}" if self.text_file is None else self.text_file
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        """JSON, one line per field (per distance for ``trial_repeat``)."""
-        d = self.to_dict()
-        repeat = d.pop("trial_repeat")
-        lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in d.items()]
-        body = ",\n".join("    " + json.dumps(list(r)) for r in repeat)
-        lines.append('  "trial_repeat": [' + (f"\n{body}\n  " if body else "") + "]")
-        return "{\n" + ",\n".join(lines) + "\n}\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> CopyProbe:
-        """The probe :meth:`to_json` wrote. Raises ValueError / TypeError if it is not one."""
-        return cls(**json.loads(text))
-
-    def command(self, source: str | None = None) -> str:
-        """The ``zoo evaluate`` command that measures this probe again for ``source`` (default
-        :attr:`source`): the same windows, spans and distances."""
-        args = [f"zoo evaluate {source or self.source} --probe copy"]
-        if self.text_file is not None:
-            args.append(f"--text-file {self.text_file}")
-        elif self.split != DEFAULTS["split"]:
-            args.append(f"--split {self.split}")
-        for key in ("span", "cue", "trials", "seed"):
-            if getattr(self, key) != DEFAULTS[key]:
-                args.append(f"--{key} {getattr(self, key)}")
-        if self.distances != default_distances(self.max_seq_len, self.span):
-            args.append("--distances " + " ".join(str(d) for d in self.distances))
-        return " ".join(args)
-
-
-def default_distances(n: int, span: int, smallest: int = 16) -> tuple[int, ...]:
-    """Powers of two ``d`` from ``smallest`` with ``span <= d <= n - span``: every distance at
-    which two copies of the span fit in a window of ``n`` bytes without overlapping."""
-    out, d = [], smallest
-    while d <= n - span:
-        if d >= span:
-            out.append(d)
-        d *= 2
-    return tuple(out)
 
 
 def t_critical(df: int, confidence: float = CONFIDENCE) -> float:
@@ -500,40 +410,6 @@ def copy_probe_rich_table(probe: CopyProbe):
     return table
 
 
-def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | None = None) -> Path:
-    """A PNG of two panels against the distance (log-2 axis): the repeat's and the control's bits
-    per byte, and the gain with its 95% interval. Returns the path written."""
-    from matplotlib.ticker import FuncFormatter
-
-    from zoo.drawing import _pyplot, _save
-
-    p = probe
-    fig, (bits, gain) = _pyplot().subplots(1, 2, figsize=(10, 4.2))
-    bits.plot(p.distances, p.repeat, marker="o", label="repeat: first copy d bytes back")
-    bits.plot(p.distances, [p.control] * len(p.distances), linestyle="--",
-              label="control: no first copy")  # fmt: skip
-    bits.set_ylabel(f"bits per byte on the span's last {p.span - p.cue} bytes")
-    low = [g - lo for g, lo in zip(p.gain, p.gain_low, strict=True)]
-    high = [hi - g for g, hi in zip(p.gain, p.gain_high, strict=True)]
-    gain.errorbar(p.distances, p.gain, yerr=[low, high], marker="o", capsize=3,
-                  label="gain, 95% t-interval")  # fmt: skip
-    gain.axhline(0.0, color="grey", linewidth=0.8)
-    gain.set_ylabel("retrieval gain: control − repeat (bits/byte)")
-    for ax in (bits, gain):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
-        ax.set_xlabel("distance d between the copies (bytes)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(
-        f"copy probe: {label or p.source} on {p.text}, {p.trials} windows of "
-        f"{p.max_seq_len:,} bytes, span {p.span}, cue {p.cue}",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    return _save(fig, path)
-
-
 def save_copy_probe(
     probe: CopyProbe, out_dir: str | os.PathLike, *, label: str | None = None
 ) -> list[Path]:
@@ -546,25 +422,3 @@ def save_copy_probe(
     js.write_text(probe.to_json())
     plot_copy_probe(probe, png, label=label)
     return [md, js, png]
-
-
-def load_copy_probe(path: str | os.PathLike) -> CopyProbe:
-    """The probe :func:`save_copy_probe` wrote to ``path`` (``copy_probe.json`` or its folder).
-
-    Raises:
-        CheckpointError: the file does not exist, or is not a copy probe.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / COPY_PROBE_FILES[1]
-    try:
-        return CopyProbe.from_json(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{path} does not exist: measure it first (zoo evaluate SOURCE --probe copy)."
-        ) from None
-    except (ValueError, TypeError) as e:
-        raise CheckpointError(
-            f"{path} is not a copy probe ({type(e).__name__}: {e}): measure it again "
-            "(zoo evaluate SOURCE --probe copy)."
-        ) from None

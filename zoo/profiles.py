@@ -1,7 +1,9 @@
 """The measured profiles of a model, as data: bits per byte by position in the window
-(:class:`PositionProfile`, ``zoo evaluate --by-position``) and by context length
-(:class:`ContextProfile`, ``--by-context``), and their readers. Below the code that measures them
-(:mod:`zoo.evaluation`, :mod:`zoo.by_context`) and the code that draws them (:mod:`zoo.drawing`).
+(:class:`PositionProfile`, ``zoo evaluate --by-position``), by context length
+(:class:`ContextProfile`, ``--by-context``) and the copy probe's retrieval by distance
+(:class:`CopyProbe`, ``--probe copy``), and their readers. Below the code that measures them
+(:mod:`zoo.evaluation`, :mod:`zoo.by_context`, :mod:`zoo.probes`) and the code that draws them
+(:mod:`zoo.drawing`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from zoo.errors import CheckpointError, ConfigError
 __all__ = [
     "BY_CONTEXT_FILES",
     "BY_POSITION_FILES",
+    "COPY_PROBE_FILES",
     "ContextProfile",
+    "CopyProbe",
     "PositionProfile",
     "default_contexts",
+    "default_distances",
+    "load_copy_probe",
     "load_context_profile",
     "load_position_profile",
     "read_profile",
@@ -195,4 +201,119 @@ def read_profile(path: str | os.PathLike, cls: type, file_name: str, flag: str):
         raise CheckpointError(
             f"{path} is not a {flag.removeprefix('--')} profile ({type(e).__name__}: {e}): "
             f"measure it again (zoo evaluate SOURCE {flag})."
+        ) from None
+
+
+# --- the copy probe (zoo.probes measures it) ---
+COPY_PROBE_FILES = ("copy_probe.md", "copy_probe.json", "copy_probe.png")
+# the probe's settings when not given (CopyProbe.command leaves them out)
+DEFAULTS = {"split": "test", "span": 32, "cue": 8, "trials": 32, "seed": 0}
+
+
+@dataclass(frozen=True)
+class CopyProbe:
+    """The copy probe's result (module docstring): bits per byte on the scored bytes of the span
+    (its last ``span - cue``), per distance.
+
+    ``repeat[i]`` is the mean over the trials at ``distances[i]``, ``control`` the mean without the
+    first copy (the same at every distance), ``gain[i] = control - repeat[i]`` and
+    ``[gain_low[i], gain_high[i]]`` its 95% Student-t interval over the trials' paired gains, all
+    in bits per byte. ``trial_control[t]`` and ``trial_repeat[i][t]`` are trial ``t``'s values,
+    for paired comparisons; ``windows[t]`` is where its window starts: ``(document, byte)`` of the
+    split's documents (document 0 for a text file).
+    """
+
+    source: str
+    dataset: str | None  # None: a text file
+    split: str | None
+    text_file: str | None
+    max_seq_len: int  # n: the window, the model's context
+    span: int  # m: random lowercase letters
+    cue: int  # k: bytes of the second copy not scored
+    trials: int
+    seed: int
+    distances: tuple[int, ...]
+    repeat: tuple[float, ...]
+    control: float
+    gain: tuple[float, ...]
+    gain_low: tuple[float, ...]
+    gain_high: tuple[float, ...]
+    windows: tuple[tuple[int, int], ...] = ()
+    trial_control: tuple[float, ...] = ()
+    trial_repeat: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:  # from JSON: lists
+        for name in ("distances", "repeat", "gain", "gain_low", "gain_high", "trial_control"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("windows", "trial_repeat"):
+            object.__setattr__(self, name, tuple(tuple(r) for r in getattr(self, name)))
+
+    @property
+    def text(self) -> str:
+        """Where the windows come from: ``pg19mini test`` or the file."""
+        return f"{self.dataset} {self.split}" if self.text_file is None else self.text_file
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """JSON, one line per field (per distance for ``trial_repeat``)."""
+        d = self.to_dict()
+        repeat = d.pop("trial_repeat")
+        lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in d.items()]
+        body = ",\n".join("    " + json.dumps(list(r)) for r in repeat)
+        lines.append('  "trial_repeat": [' + (f"\n{body}\n  " if body else "") + "]")
+        return "{\n" + ",\n".join(lines) + "\n}\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> CopyProbe:
+        """The probe :meth:`to_json` wrote. Raises ValueError / TypeError if it is not one."""
+        return cls(**json.loads(text))
+
+    def command(self, source: str | None = None) -> str:
+        """The ``zoo evaluate`` command that measures this probe again for ``source`` (default
+        :attr:`source`): the same windows, spans and distances."""
+        args = [f"zoo evaluate {source or self.source} --probe copy"]
+        if self.text_file is not None:
+            args.append(f"--text-file {self.text_file}")
+        elif self.split != DEFAULTS["split"]:
+            args.append(f"--split {self.split}")
+        for key in ("span", "cue", "trials", "seed"):
+            if getattr(self, key) != DEFAULTS[key]:
+                args.append(f"--{key} {getattr(self, key)}")
+        if self.distances != default_distances(self.max_seq_len, self.span):
+            args.append("--distances " + " ".join(str(d) for d in self.distances))
+        return " ".join(args)
+
+
+def default_distances(n: int, span: int, smallest: int = 16) -> tuple[int, ...]:
+    """Powers of two ``d`` from ``smallest`` with ``span <= d <= n - span``: every distance at
+    which two copies of the span fit in a window of ``n`` bytes without overlapping."""
+    out, d = [], smallest
+    while d <= n - span:
+        if d >= span:
+            out.append(d)
+        d *= 2
+    return tuple(out)
+
+
+def load_copy_probe(path: str | os.PathLike) -> CopyProbe:
+    """The probe :func:`save_copy_probe` wrote to ``path`` (``copy_probe.json`` or its folder).
+
+    Raises:
+        CheckpointError: the file does not exist, or is not a copy probe.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / COPY_PROBE_FILES[1]
+    try:
+        return CopyProbe.from_json(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path} does not exist: measure it first (zoo evaluate SOURCE --probe copy)."
+        ) from None
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(
+            f"{path} is not a copy probe ({type(e).__name__}: {e}): measure it again "
+            "(zoo evaluate SOURCE --probe copy)."
         ) from None
