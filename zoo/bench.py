@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.drawing import plot_bench_card
 from zoo.errors import ConfigError
 from zoo.lineage import device_name
 
@@ -423,12 +424,13 @@ def _cell(value, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _table_rows(card: BenchCard) -> list[list[str]]:
+def table_rows(card: BenchCard) -> list[list[str]]:
     """The table's cells, one list per length, in :data:`COLUMNS` order."""
     return [[_cell(getattr(r, key), fmt) for _, _, key, fmt in COLUMNS] for r in card.rows]
 
 
-def _title(card: BenchCard) -> str:
+def title(card: BenchCard) -> str:
+    """``Benchmark of NAME on HARDWARE``: the card's title line."""
     return f"Benchmark of {card.name} on {card.hardware}"
 
 
@@ -436,7 +438,7 @@ def render_markdown(card: BenchCard) -> str:
     """``bench.md``: the title line, what was measured, then the table (self-contained)."""
     new = card.rows[-1].new_tokens if card.rows else 0
     lines = [
-        f"# {_title(card)}",
+        f"# {title(card)}",
         "",
         f"{card.model_type}, {card.parameters / 1e6:.2f}M parameters, context {card.context}; "
         f"device {card.device}, torch {card.torch_version}, precision {card.precision}, "
@@ -455,48 +457,9 @@ def render_markdown(card: BenchCard) -> str:
         "",
         "| " + " | ".join(h for h, _, _, _ in COLUMNS) + " |",
         "|" + "---:|" * len(COLUMNS),
-        *("| " + " | ".join(cells) + " |" for cells in _table_rows(card)),
+        *("| " + " | ".join(cells) + " |" for cells in table_rows(card)),
     ]
     return "\n".join(lines) + "\n"
-
-
-def _plot(card: BenchCard, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
-
-    n = [r.seq_len for r in card.rows]
-    series = [  # (label, time in ms, peak bytes), one colour each in both panels
-        ("forward", [r.forward_s * 1e3 for r in card.rows],
-         [r.forward_peak_bytes for r in card.rows]),
-        ("generation (ms per token)", [1e3 / r.generate_tokens_per_s for r in card.rows],
-         [r.generate_peak_bytes for r in card.rows]),
-        ("train step", [r.train_step_s * 1e3 for r in card.rows],
-         [r.train_peak_bytes for r in card.rows]),
-    ]  # fmt: skip
-    has_memory = any(b for _, _, peaks in series for b in peaks)
-    fig, axes = plt.subplots(1, 2 if has_memory else 1, figsize=(10 if has_memory else 5.5, 4))
-    axes = list(axes) if has_memory else [axes]
-    for i, (label, ms, peaks) in enumerate(series):
-        axes[0].loglog(n, ms, marker="o", color=f"C{i}", label=label)
-        pts = [(a, b / MIB) for a, b in zip(n, peaks, strict=True) if b]
-        if has_memory and pts:
-            axes[1].loglog(*zip(*pts, strict=True), marker="o", color=f"C{i}", label=label)
-    axes[0].set_ylabel("time (ms)")
-    if has_memory:
-        axes[1].set_ylabel("peak memory above the model (MiB)")
-    for ax in axes:
-        ax.set_xlabel("sequence length (tokens)")
-        ax.xaxis.set_minor_formatter(NullFormatter())  # label the measured lengths only
-        ax.set_xticks(n, [str(v) for v in n])
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{_title(card)}, {card.precision}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_card(card: BenchCard, out_dir: str | Path) -> list[Path]:
@@ -506,5 +469,5 @@ def write_card(card: BenchCard, out_dir: str | Path) -> list[Path]:
     paths = [out / "bench.md", out / "bench.json", out / "bench.png"]
     paths[0].write_text(render_markdown(card))
     paths[1].write_text(json.dumps(card.to_dict(), indent=1) + "\n")
-    _plot(card, paths[2])
+    plot_bench_card(card, paths[2], title(card))
     return paths

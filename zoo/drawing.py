@@ -28,10 +28,12 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
+    from zoo.bench import BenchCard
     from zoo.profiles import ContextProfile, CopyProbe, PositionProfile
 
 __all__ = [
     "AttentionMap",
+    "plot_bench_card",
     "draw_attention_maps",
     "draw_pattern",
     "draw_patterns_on_image",
@@ -343,5 +345,46 @@ def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | N
         f"{p.max_seq_len:,} bytes, span {p.span}, cue {p.cue}",
         fontsize=9,
     )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_bench_card(card: BenchCard, path: str | os.PathLike, title: str) -> Path:
+    """``bench.png``: time and (where measured) peak memory of a ``zoo bench`` card's forward pass,
+    generation and training step against the sequence length, log-log, under ``title``. Returns
+    the path written."""
+    from matplotlib.ticker import NullFormatter
+
+    mib = 2**20
+
+    n = [r.seq_len for r in card.rows]
+    series = [  # (label, time in ms, peak bytes), one colour each in both panels
+        ("forward", [r.forward_s * 1e3 for r in card.rows],
+         [r.forward_peak_bytes for r in card.rows]),
+        ("generation (ms per token)", [1e3 / r.generate_tokens_per_s for r in card.rows],
+         [r.generate_peak_bytes for r in card.rows]),
+        ("train step", [r.train_step_s * 1e3 for r in card.rows],
+         [r.train_peak_bytes for r in card.rows]),
+    ]  # fmt: skip
+    has_memory = any(b for _, _, peaks in series for b in peaks)
+    fig, axes = _pyplot().subplots(
+        1, 2 if has_memory else 1, figsize=(10 if has_memory else 5.5, 4)
+    )
+    axes = list(axes) if has_memory else [axes]
+    for i, (label, ms, peaks) in enumerate(series):
+        axes[0].loglog(n, ms, marker="o", color=f"C{i}", label=label)
+        pts = [(a, b / mib) for a, b in zip(n, peaks, strict=True) if b]
+        if has_memory and pts:
+            axes[1].loglog(*zip(*pts, strict=True), marker="o", color=f"C{i}", label=label)
+    axes[0].set_ylabel("time (ms)")
+    if has_memory:
+        axes[1].set_ylabel("peak memory above the model (MiB)")
+    for ax in axes:
+        ax.set_xlabel("sequence length (tokens)")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # label the measured lengths only
+        ax.set_xticks(n, [str(v) for v in n])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title}, {card.precision}", fontsize=9)
     fig.tight_layout()
     return _save(fig, path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.bench import COLUMNS, PRECISIONS, _table_rows, _title, benchmark, write_card
+from zoo.bench import COLUMNS, PRECISIONS, benchmark, table_rows, title, write_card
 from zoo.errors import ZooError
 
 __all__ = ["bench_main"]
@@ -74,12 +74,12 @@ def bench_main(args: list[str]) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"{_title(card)}\n{card.precision}, torch {card.torch_version}",
+        title=f"{title(card)}\n{card.precision}, torch {card.torch_version}",
         caption="ms: median time; tok/s: cached decoding; MiB: peak memory above the model",
     )
     for _, header, _, _ in COLUMNS:
         table.add_column(header, justify="right")
-    for cells in _table_rows(card):
+    for cells in table_rows(card):
         table.add_row(*cells)
     Console().print(table)
     paths = write_card(card, ns.out_dir or _default_out_dir(ns.name))
