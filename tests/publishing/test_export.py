@@ -81,25 +81,25 @@ def test_export_a_saved_model_with_its_training_facts(tmp_path, registry):
 
 
 def test_card_says_when_training_windows_are_shorter_than_the_context():
-    from zoo.publishing.cards import _training_windows
+    from zoo.publishing.training import training_windows
 
-    short = _training_windows({"batch_size": 8, "seq_len": 1024}, 4096)
+    short = training_windows({"batch_size": 8, "seq_len": 1024}, 4096)
     assert short.startswith("8 × 1,024 bytes per optimizer step (shorter than the context, 4,096")
     assert "never trained" in short
-    assert _training_windows({"batch_size": 2, "seq_len": 4096}, 4096) == (
+    assert training_windows({"batch_size": 2, "seq_len": 4096}, 4096) == (
         "2 × 4,096 bytes per optimizer step"
     )
-    assert _training_windows({}, 4096) == "unknown"
+    assert training_windows({}, 4096) == "unknown"
 
 
 def test_card_lists_each_training_stage():
-    from zoo.publishing.cards import _training_windows
+    from zoo.publishing.training import training_windows
 
     stages = [
         {"recipe": "a.yaml", "optimizer_steps": 3840, "batch_size": 8, "seq_len": 1024},
         {"recipe": "b.yaml", "optimizer_steps": 200, "batch_size": 2, "seq_len": 4096},
     ]
-    text = _training_windows({"batch_size": 2, "seq_len": 4096}, 4096, stages)
+    text = training_windows({"batch_size": 2, "seq_len": 4096}, 4096, stages)
     assert text.startswith("8 × 1,024 bytes per optimizer step (shorter than the context")
     assert text.endswith(
         "for 3,840 steps (`a.yaml`); then 2 × 4,096 bytes per optimizer step for 200 steps "

@@ -18,6 +18,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from zoo.hub.schema import TASKS, Metric
+from zoo.publishing.training import stage_source, training_windows
 
 __all__ = ["CAVEATS", "DATASETS", "TASK_CARDS", "TaskCard", "model_card", "structure_of", "task_of"]
 
@@ -231,7 +232,7 @@ def model_card(
     unit = {"image_lm": "sub-pixels (one image)", "translation": "padded source tokens"}.get(
         task, "bytes"
     )
-    windows = _training_windows(
+    windows = training_windows(
         facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
     )
     extra = facts.get("data", {}).get("extra_train") or []
@@ -353,7 +354,7 @@ def _lineage_section(facts: dict[str, Any]) -> str:
     versions = facts.get("versions") or {}
     stages = facts.get("stages") or []
     rows = [
-        ("recipe", ", then ".join(map(_stage_source, stages)) if stages else "`recipe.yaml`"),
+        ("recipe", ", then ".join(map(stage_source, stages)) if stages else "`recipe.yaml`"),
         ("git commit of training", ", ".join(f"`{c}`" for c in commits) if commits
          else "not recorded (trained before the zoo recorded it)"),
         ("git commit of export", f"`{lineage['export_commit']}`" if lineage.get("export_commit")
@@ -405,47 +406,6 @@ def _samples_section(name: str, samples: list[str]) -> str:
         "images; their rows are the given half, the completion, the original.\n\n"
         f"{pictures}\n"
     )
-
-
-def _stage_source(stage: dict[str, Any]) -> str:
-    """What trained one stage (``training.json``'s ``stages``): its recipe, or its run directory
-    (an earlier stage named by ``init_from``)."""
-    from zoo.lineage import checkpoint_name
-
-    if stage.get("recipe"):
-        return f"`{stage['recipe']}`"
-    run = checkpoint_name(stage.get("run")) or "?"  # a packaged recipe's run: the recipe
-    return f"`{run}`" if run.endswith((".yaml", ".yml")) else f"the run `{run}`"
-
-
-def _training_windows(
-    data: dict[str, Any], context: int | None, stages: list[dict] | None = None, unit: str = "bytes"
-) -> str:
-    """``"8 x 1,024 bytes per optimizer step"``, saying so when the windows are shorter than the
-    model's context (the positions past them are then never trained). A model trained in
-    ``stages`` (``training.json``: each with ``recipe``, ``optimizer_steps``, ``batch_size``,
-    ``seq_len``) gets one such line per stage."""
-    if stages:
-        return "; then ".join(
-            f"{_training_windows(st, context, unit=unit)} for {st.get('optimizer_steps', '?'):,} steps "
-            f"({_stage_source(st)})"
-            for st in stages
-        )
-    if data.get("max_tokens"):  # translation: token-bucketed batches of sentence pairs
-        return (
-            f"batches of sentence pairs of similar length, up to {data['max_tokens']:,} padded "
-            "source tokens each"
-        )
-    batch, seq_len = data.get("batch_size"), data.get("seq_len")
-    if not batch or not seq_len:
-        return "unknown"
-    text = f"{batch} × {seq_len:,} {unit} per optimizer step"
-    if context and seq_len < context:
-        text += (
-            f" (shorter than the context, {context:,}: positions {seq_len:,} and later are "
-            "evaluated but never trained, an extrapolation of the position scheme)"
-        )
-    return text
 
 
 def _by_position_section(name: str, table: str | None, plot: str | None) -> str:

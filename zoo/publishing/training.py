@@ -4,7 +4,7 @@
 optimisation and data settings and the lineage (:mod:`zoo.lineage`) from a checkpoint's
 :class:`~zoo.callbacks.TrainingSummary` state; :func:`with_earlier_stages` adds the stages of
 the published checkpoint that a run continued (a recipe's ``stage1`` before it), so the totals
-cover every stage.
+cover every stage; :func:`training_windows` and :func:`stage_source` word them for the card.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import torch
 from zoo.hub.registry import load_registry
 from zoo.lineage import git_commit
 
-__all__ = ["data_checksum_at_export", "training_facts", "with_earlier_stages"]
+__all__ = [
+    "data_checksum_at_export",
+    "stage_source",
+    "training_facts",
+    "training_windows",
+    "with_earlier_stages",
+]
 
 
 def data_checksum_at_export(context: int, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -228,3 +234,44 @@ def _version(dist: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
+
+
+def stage_source(stage: dict[str, Any]) -> str:
+    """What trained one stage (``training.json``'s ``stages``): its recipe, or its run directory
+    (an earlier stage named by ``init_from``)."""
+    from zoo.lineage import checkpoint_name
+
+    if stage.get("recipe"):
+        return f"`{stage['recipe']}`"
+    run = checkpoint_name(stage.get("run")) or "?"  # a packaged recipe's run: the recipe
+    return f"`{run}`" if run.endswith((".yaml", ".yml")) else f"the run `{run}`"
+
+
+def training_windows(
+    data: dict[str, Any], context: int | None, stages: list[dict] | None = None, unit: str = "bytes"
+) -> str:
+    """``"8 x 1,024 bytes per optimizer step"``, saying so when the windows are shorter than the
+    model's context (the positions past them are then never trained). A model trained in
+    ``stages`` (``training.json``: each with ``recipe``, ``optimizer_steps``, ``batch_size``,
+    ``seq_len``) gets one such line per stage."""
+    if stages:
+        return "; then ".join(
+            f"{training_windows(st, context, unit=unit)} for {st.get('optimizer_steps', '?'):,} steps "
+            f"({stage_source(st)})"
+            for st in stages
+        )
+    if data.get("max_tokens"):  # translation: token-bucketed batches of sentence pairs
+        return (
+            f"batches of sentence pairs of similar length, up to {data['max_tokens']:,} padded "
+            "source tokens each"
+        )
+    batch, seq_len = data.get("batch_size"), data.get("seq_len")
+    if not batch or not seq_len:
+        return "unknown"
+    text = f"{batch} × {seq_len:,} {unit} per optimizer step"
+    if context and seq_len < context:
+        text += (
+            f" (shorter than the context, {context:,}: positions {seq_len:,} and later are "
+            "evaluated but never trained, an extrapolation of the position scheme)"
+        )
+    return text
