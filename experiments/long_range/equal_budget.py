@@ -114,6 +114,17 @@ RUNS_256 = {
          "routing_score_scale": 1.0},
         "as routing_causal_32_k1 with scores q·k unscaled (Algorithm 1 line 22; range [-D, D])",
     ),
+    # top-w routing with k = 1 selects every token (w = T), so nothing leaks: dense content-only
+    # heads again, now with keys projected apart from the queries or not
+    "routing_topw_32_k1": (
+        "routing_transformer_small", {"n_local_heads": 2, "window": 32, "n_clusters": 1},
+        "top-w routing with one cluster of every token: dense content-only heads, shared q = k",
+    ),
+    "routing_topw_32_k1_qk": (
+        "routing_transformer_small",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 1, "shared_qk": False},
+        "as routing_topw_32_k1 with keys projected apart from the queries",
+    ),
     # top-w routing (the published models' mode); keys apart from queries only works there
     "routing_topw_32": (
         "routing_transformer_small", {"n_local_heads": 2, "window": 32},
