@@ -15,7 +15,7 @@ from PIL import Image
 
 import zoo
 from zoo.attention import functional
-from zoo.attention.functional import GatheredPlan, gathered_attention, query_blocks
+from zoo.attention.gathered import GatheredPlan, gathered_attention, query_blocks
 from zoo.attention.patterns import local_1d, local_2d
 from zoo.cli import main
 from zoo.data.images import BOS_ID, ImageDataModule
