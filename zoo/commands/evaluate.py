@@ -19,6 +19,20 @@ __all__ = ["evaluate_main"]
 
 def evaluate_main(args: list[str]) -> None:
     from zoo.callbacks import quiet_lightning_warnings
+
+    parser = _parser()
+    ns = parser.parse_args(args)
+    _check_flags(parser, ns)
+    quiet_lightning_warnings()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
+    from zoo.data.text import EmptyDataWarning
+
+    with one_line_warnings("zoo evaluate", EmptyDataWarning):
+        _evaluate(ns)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """``zoo evaluate``'s arguments: the measurement, then each profile's group."""
     from zoo.hub.schema import METRICS
 
     parser = argparse.ArgumentParser(
@@ -58,6 +72,13 @@ def evaluate_main(args: list[str]) -> None:
                         help="--registered: re-measure only the registered metrics of these "
                         f"names ({', '.join(sorted(METRICS))}), e.g. copy_gain, which takes "
                         "seconds to minutes where a whole split's bits/byte can take hours")  # fmt: skip
+    _by_position_arguments(parser)
+    _by_context_arguments(parser)
+    _probe_arguments(parser)
+    return parser
+
+
+def _by_position_arguments(parser: argparse.ArgumentParser) -> None:
     by = parser.add_argument_group("bits per byte by position in the window")
     by.add_argument("--by-position", action="store_true",
                     help="bits per byte by position of the predicted byte in its window: a table, "
@@ -73,6 +94,9 @@ def evaluate_main(args: list[str]) -> None:
     by.add_argument("--name", help="--by-position / --by-context / --probe: what the files call "
                     "the model (default: SOURCE); give the published name of a run you will `zoo export`, "
                     "so that its files name the checkpoint, not a local folder")  # fmt: skip
+
+
+def _by_context_arguments(parser: argparse.ArgumentParser) -> None:
     ctx = parser.add_argument_group("bits per byte of the same bytes by context length")
     ctx.add_argument("--by-context", type=int, nargs="*", metavar="C",
                      help="score the same target bytes with windows of C bytes for each C "
@@ -85,6 +109,9 @@ def evaluate_main(args: list[str]) -> None:
                      "largest C, more if --target-len is over half of it); the same S scores "
                      "models of different contexts on the same bytes")  # fmt: skip
     ctx.add_argument("--blocks", type=int, help="only the first N target blocks")
+
+
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     probe = parser.add_argument_group("zero-shot retrieval (docs/long_context.md)")
     probe.add_argument("--probe", choices=("copy",), help="copy: a span of random lowercase "
                        "letters (uniform a-z, from --seed) at the end of a window of the model's "
@@ -102,7 +129,10 @@ def evaluate_main(args: list[str]) -> None:
                        "copies' starts, span <= D <= context - span (default: powers of two "
                        "from 16 that fit)")  # fmt: skip
     probe.add_argument("--seed", type=int, help="seed of the windows and spans (default 0)")
-    ns = parser.parse_args(args)
+
+
+def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """Refuse flags that do not go together, or values out of range, in one line (exit 2)."""
     if ns.metric and not ns.registered:
         parser.error("--metric goes with --registered")
     by_context = ns.by_context is not None
@@ -153,12 +183,6 @@ def evaluate_main(args: list[str]) -> None:
             "--by-position measures in fp32 and writes its own files (--out-dir): not with "
             "--registered, --out or --precision"
         )
-    quiet_lightning_warnings()
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
-    from zoo.data.text import EmptyDataWarning
-
-    with one_line_warnings("zoo evaluate", EmptyDataWarning):
-        _evaluate(ns)
 
 
 def _evaluate(ns: argparse.Namespace) -> None:
