@@ -16,46 +16,7 @@ __all__ = ["translate_main"]
 
 
 def translate_main(args: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="zoo translate",
-        description="Translate text, one sentence per line, from stdin or --input to stdout or "
-        "--output, with an encoder-decoder model (beam search as the Transformer paper).",
-        epilog="Line N of the output is the translation of line N of the input; an empty or "
-        "whitespace-only line translates to an empty line, without running the model (a model "
-        "asked to translate nothing invents a sentence). The decoding flags left out resolve as "
-        "zoo.translate() resolves them in Python: a published checkpoint's registered decoding, "
-        "else beam 4, alpha 0.6, max length 1.0 * source + 50.",
-    )
-    parser.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a .ckpt from `zoo fit` of a Translation recipe (or `zoo average`), a published "
-        "checkpoint, a Hub repo id or a save_pretrained directory (with tokenizer.json)",
-    )
-    parser.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
-    parser.add_argument("--output", help="where to write the translations (default: stdout)")
-    parser.add_argument("--decoding", choices=("beam", "greedy"),
-                        help="default: a published checkpoint's (the decoding of its registered "
-                        "test BLEU), else beam")  # fmt: skip
-    parser.add_argument("--beam-size", type=int, help="default: the checkpoint's, else 4")
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        help="GNMT length penalty exponent (default: the checkpoint's, else 0.6)",
-    )
-    parser.add_argument("--max-len-a", type=float, help="default: the checkpoint's, else 1.0")
-    parser.add_argument(
-        "--max-len-b",
-        type=int,
-        help="max length = a * source + b (default: the checkpoint's, else 50)",
-    )
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument(
-        "--attention-map",
-        metavar="PNG",
-        help="also draw the source x target attention of the first sentence into this PNG",
-    )
+    parser = _parser()
     ns = parser.parse_args(args)
 
     from zoo.beam_search import check_decoding, decoding_settings, translate
@@ -122,3 +83,47 @@ def _draw_attention_map(parser, model, sentences: list[str], ns) -> None:
         ns.attention_map, title=f"{first}\n-> {text}",
     )  # fmt: skip
     print(f"attention map of {first!r} written to {path}", file=sys.stderr)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zoo translate",
+        description="Translate text, one sentence per line, from stdin or --input to stdout or "
+        "--output, with an encoder-decoder model (beam search as the Transformer paper).",
+        epilog="Line N of the output is the translation of line N of the input; an empty or "
+        "whitespace-only line translates to an empty line, without running the model (a model "
+        "asked to translate nothing invents a sentence). The decoding flags left out resolve as "
+        "zoo.translate() resolves them in Python: a published checkpoint's registered decoding, "
+        "else beam 4, alpha 0.6, max length 1.0 * source + 50.",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a .ckpt from `zoo fit` of a Translation recipe (or `zoo average`), a published "
+        "checkpoint, a Hub repo id or a save_pretrained directory (with tokenizer.json)",
+    )
+    parser.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
+    parser.add_argument("--output", help="where to write the translations (default: stdout)")
+    parser.add_argument("--decoding", choices=("beam", "greedy"),
+                        help="default: a published checkpoint's (the decoding of its registered "
+                        "test BLEU), else beam")  # fmt: skip
+    parser.add_argument("--beam-size", type=int, help="default: the checkpoint's, else 4")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        help="GNMT length penalty exponent (default: the checkpoint's, else 0.6)",
+    )
+    parser.add_argument("--max-len-a", type=float, help="default: the checkpoint's, else 1.0")
+    parser.add_argument(
+        "--max-len-b",
+        type=int,
+        help="max length = a * source + b (default: the checkpoint's, else 50)",
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--attention-map",
+        metavar="PNG",
+        help="also draw the source x target attention of the first sentence into this PNG",
+    )
+    return parser
