@@ -168,29 +168,11 @@ def bits_by_context(
             CheckpointError / HubError: the model cannot be loaded; DataNotFoundError: the data
             set is not found.
     """
-    import torch
-    import torch.nn.functional as F
-    from rich.progress import Progress
-
     from zoo.data import ByteTextDataModule
-    from zoo.data.images import IMAGE_DATASETS
     from zoo.loading import extended, load_task
     from zoo.tasks import CausalLM
 
-    if split not in ("valid", "test"):
-        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
-    if dataset in IMAGE_DATASETS:
-        raise ConfigError(
-            f"bits by context measures byte-level text models; {dataset} is an image data set"
-        )
-    if contexts is not None:
-        contexts = tuple(sorted(set(int(c) for c in contexts)))
-        if not contexts or contexts[0] < 2:
-            raise ConfigError(f"contexts must be 2 bytes or more, got {list(contexts)}")
-    if blocks is not None and blocks < 1:
-        raise ConfigError(f"blocks must be positive, got {blocks}")
-    if target_len < 1:
-        raise ConfigError(f"target_len must be positive, got {target_len}")
+    contexts = _checked_contexts(dataset, split, contexts, blocks, target_len)
     model = load_task(source, CausalLM).model
     trained = model.config.max_seq_len
     contexts = contexts or default_contexts(trained)
@@ -215,25 +197,9 @@ def bits_by_context(
             f"no document of {dataset} {split} is longer than {spacing:,} bytes: use smaller "
             "contexts or block_spacing"
         )
-    nats = torch.zeros(len(contexts), len(ends), dtype=torch.float64)  # per context and block
-    steps = sum(math.ceil(len(w) / max(1, tokens_per_batch // c)) for c, _, w in per_context)
-    with torch.no_grad(), Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"bits by context ({len(ends)} blocks, {len(contexts)} contexts)",
-                            total=steps)  # fmt: skip
-        for i, (c, _, wins) in enumerate(per_context):
-            per_batch = max(1, tokens_per_batch // c)
-            for k in range(0, len(wins), per_batch):
-                batch = wins[k : k + per_batch]
-                chunks = [
-                    torch.from_numpy(docs[d][e - c : e + 1].astype("int64")) for d, e, _, _ in batch
-                ]
-                xy = torch.stack(chunks).to(device)  # (B, c + 1)
-                logits = model(xy[:, :-1])  # (B, c, V)
-                nll = F.cross_entropy(logits.float().transpose(1, 2), xy[:, 1:], reduction="none")
-                nll = nll.double().cpu()  # (B, c)
-                for j, (_, _, scored, b) in enumerate(batch):
-                    nats[i, b] += nll[j, c - scored :].sum()
-                bar.advance(task)
+    description = f"bits by context ({len(ends)} blocks, {len(contexts)} contexts)"
+    nats = _nats_per_block(model, docs, per_context, len(ends), tokens_per_batch, device,
+                           description, progress)  # fmt: skip
     per_block = nats / target_len / math.log(2)  # (contexts, blocks) bits/byte
     gains = [_mean_and_se(row - per_block[-1]) for row in per_block]
     return ContextProfile(
@@ -252,6 +218,56 @@ def bits_by_context(
         targets=len(ends) * target_len,
         block_bits=tuple(tuple(round(float(v), 5) for v in row) for row in per_block),
     )
+
+
+def _checked_contexts(dataset, split, contexts, blocks, target_len) -> tuple[int, ...] | None:
+    """:func:`bits_by_context`'s ConfigErrors that need no model; the contexts sorted, once each."""
+    from zoo.data.images import IMAGE_DATASETS
+
+    if split not in ("valid", "test"):
+        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if dataset in IMAGE_DATASETS:
+        raise ConfigError(
+            f"bits by context measures byte-level text models; {dataset} is an image data set"
+        )
+    if contexts is not None:
+        contexts = tuple(sorted(set(int(c) for c in contexts)))
+        if not contexts or contexts[0] < 2:
+            raise ConfigError(f"contexts must be 2 bytes or more, got {list(contexts)}")
+    if blocks is not None and blocks < 1:
+        raise ConfigError(f"blocks must be positive, got {blocks}")
+    if target_len < 1:
+        raise ConfigError(f"target_len must be positive, got {target_len}")
+    return contexts
+
+
+def _nats_per_block(model, docs, per_context, n_blocks: int, tokens_per_batch: int, device,
+                    description: str, progress: bool):  # fmt: skip
+    """NLL in nats of each block's target bytes at each context, ``(contexts, blocks)`` float64:
+    the windows of :func:`_windows`, batched ``tokens_per_batch // c`` at context ``c``."""
+    import torch
+    import torch.nn.functional as F
+    from rich.progress import Progress
+
+    nats = torch.zeros(len(per_context), n_blocks, dtype=torch.float64)
+    steps = sum(math.ceil(len(w) / max(1, tokens_per_batch // c)) for c, _, w in per_context)
+    with torch.no_grad(), Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(description, total=steps)
+        for i, (c, _, wins) in enumerate(per_context):
+            per_batch = max(1, tokens_per_batch // c)
+            for k in range(0, len(wins), per_batch):
+                batch = wins[k : k + per_batch]
+                chunks = [
+                    torch.from_numpy(docs[d][e - c : e + 1].astype("int64")) for d, e, _, _ in batch
+                ]
+                xy = torch.stack(chunks).to(device)  # (B, c + 1)
+                logits = model(xy[:, :-1])  # (B, c, V)
+                nll = F.cross_entropy(logits.float().transpose(1, 2), xy[:, 1:], reduction="none")
+                nll = nll.double().cpu()  # (B, c)
+                for j, (_, _, scored, b) in enumerate(batch):
+                    nats[i, b] += nll[j, c - scored :].sum()
+                bar.advance(task)
+    return nats
 
 
 def _describe(p: ContextProfile) -> str:

@@ -69,31 +69,12 @@ def bits_by_position(
             factorized); CheckpointError / HubError: the model cannot be loaded;
             DataNotFoundError: the data set is not found, or its split has no byte to score.
     """
-    import torch
-    import torch.nn.functional as F
-    from rich.progress import track
     from torch.utils.data import DataLoader, Subset
 
     from zoo.data import ByteTextDataModule
-    from zoo.data.images import IMAGE_DATASETS
     from zoo.tasks import CausalLM
 
-    if split not in ("valid", "test"):
-        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
-    if dataset in IMAGE_DATASETS:
-        raise ConfigError(
-            f"bits by position measures byte-level text models; {dataset} is an image data set "
-            f"(measure it with zoo evaluate SOURCE --dataset {dataset})"
-        )
-    if windows is not None and first_bytes is not None:
-        raise ConfigError("give windows or first_bytes, not both")
-    _require_positive_slice(windows, first_bytes)
-    if context is not None and context <= 0:
-        raise ConfigError(f"context must be positive, got {context}")
-    if bucket <= 0:
-        raise ConfigError(f"bucket must be positive, got {bucket}")
-    if context is not None and bucket > context:
-        raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
+    _check_arguments(dataset, split, context, bucket, windows, first_bytes)
     model = load_task(source, CausalLM).model
     trained = model.config.max_seq_len
     context = context or trained
@@ -115,21 +96,8 @@ def bits_by_position(
     n = len(ds) if windows is None else min(windows, len(ds))
     bs = batch_size or (1 if context >= 2048 else 16)
     loader = DataLoader(Subset(ds, range(n)), batch_size=bs, shuffle=False)
-    sums = torch.zeros(context, dtype=torch.float64)
-    counts = torch.zeros(context, dtype=torch.int64)
-    with torch.no_grad():
-        for x, y in track(
-            loader,
-            description=f"bits by position ({n} windows of {context} bytes)",
-            disable=not progress,
-        ):
-            x, y = x.to(device), y.to(device)
-            logits = model(x)  # (B, T, V)
-            nll = F.cross_entropy(
-                logits.float().flatten(0, 1), y.flatten(), reduction="none", ignore_index=-100
-            ).view_as(y)  # nats; 0 at ignored targets
-            sums += nll.double().sum(0).cpu()
-            counts += (y != -100).sum(0).cpu()
+    description = f"bits by position ({n} windows of {context} bytes)"
+    sums, counts = _nll_by_position(model, loader, context, device, description, progress)
     total = int(counts.sum())
     if total == 0:
         raise ConfigError(f"no bytes were scored ({n} windows of {split} of {dataset})")
@@ -154,6 +122,49 @@ def bits_by_position(
         windows=n,
         stride=stride,
     )
+
+
+def _check_arguments(dataset, split, context, bucket, windows, first_bytes) -> None:
+    """:func:`bits_by_position`'s ConfigErrors that need no model."""
+    from zoo.data.images import IMAGE_DATASETS
+
+    if split not in ("valid", "test"):
+        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
+    if dataset in IMAGE_DATASETS:
+        raise ConfigError(
+            f"bits by position measures byte-level text models; {dataset} is an image data set "
+            f"(measure it with zoo evaluate SOURCE --dataset {dataset})"
+        )
+    if windows is not None and first_bytes is not None:
+        raise ConfigError("give windows or first_bytes, not both")
+    _require_positive_slice(windows, first_bytes)
+    if context is not None and context <= 0:
+        raise ConfigError(f"context must be positive, got {context}")
+    if bucket <= 0:
+        raise ConfigError(f"bucket must be positive, got {bucket}")
+    if context is not None and bucket > context:
+        raise ConfigError(f"bucket={bucket} is larger than the context, {context} bytes")
+
+
+def _nll_by_position(model, loader, context: int, device, description: str, progress: bool):
+    """The NLL in nats summed over ``loader``'s windows at each position ``(context,)`` float64,
+    and the scored targets there ``(context,)`` int64 (targets ``-100`` are not scored)."""
+    import torch
+    import torch.nn.functional as F
+    from rich.progress import track
+
+    sums = torch.zeros(context, dtype=torch.float64)
+    counts = torch.zeros(context, dtype=torch.int64)
+    with torch.no_grad():
+        for x, y in track(loader, description=description, disable=not progress):
+            x, y = x.to(device), y.to(device)
+            logits = model(x)  # (B, T, V)
+            nll = F.cross_entropy(
+                logits.float().flatten(0, 1), y.flatten(), reduction="none", ignore_index=-100
+            ).view_as(y)  # nats; 0 at ignored targets
+            sums += nll.double().sum(0).cpu()
+            counts += (y != -100).sum(0).cpu()
+    return sums, counts
 
 
 def _describe(profile: PositionProfile) -> str:
