@@ -143,11 +143,7 @@ def evaluate(
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
     if text_file is not None:
-        if dataset not in ("pg19mini", "text_file"):  # pg19mini: the default, not a choice
-            raise ConfigError(f"give a data set ({dataset}) or a text file, not both")
-        if not Path(text_file).is_file():
-            raise DataNotFoundError(f"text file {str(text_file)!r} not found")
-        dataset = "text_file"
+        dataset = _text_file_dataset(dataset, text_file)
     module = load_task(source, CausalLM)
     context = module.model.config.max_seq_len
     if first_bytes is not None:
@@ -161,17 +157,7 @@ def evaluate(
     datamodule.setup("test" if split == "test" else "validate")
     _require_bytes(datamodule, dataset, split, data_dir)
     limit = 1.0 if windows is None else windows // bs
-    trainer = Trainer(
-        accelerator="auto",
-        devices=1,
-        precision=precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=progress,
-        limit_val_batches=limit,
-        limit_test_batches=limit,
-    )
+    trainer = _trainer(precision, progress, limit)
     run = trainer.test if split == "test" else trainer.validate
     run(module, datamodule=datamodule, verbose=False)
     key = "test/bpb" if split == "test" else "val/bpb"
@@ -189,6 +175,31 @@ def evaluate(
         context=context,
         hardware=hardware(trainer),
         date=datetime.date.today().isoformat(),
+    )
+
+
+def _text_file_dataset(dataset: str, text_file: str | os.PathLike) -> str:
+    """``"text_file"``, once ``text_file`` exists and no other data set was asked for."""
+    if dataset not in ("pg19mini", "text_file"):  # pg19mini: the default, not a choice
+        raise ConfigError(f"give a data set ({dataset}) or a text file, not both")
+    if not Path(text_file).is_file():
+        raise DataNotFoundError(f"text file {str(text_file)!r} not found")
+    return "text_file"
+
+
+def _trainer(precision: str, progress: bool, limit: int | float) -> Trainer:
+    """A Lightning Trainer that only evaluates: one device, no logger, checkpoints or summary,
+    ``limit`` validation / test batches (a count, or 1.0 for all)."""
+    return Trainer(
+        accelerator="auto",
+        devices=1,
+        precision=precision,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
+        limit_val_batches=limit,
+        limit_test_batches=limit,
     )
 
 
@@ -255,9 +266,7 @@ def evaluate_images(
             f"{source} has a context of {module.model.config.max_seq_len} positions, fewer than "
             f"one {dataset} image ({datamodule.seq_len} sub-pixels): it is not a {dataset} model."
         )
-    trainer = Trainer(accelerator="auto", devices=1, precision=precision, logger=False,
-                      enable_checkpointing=False, enable_model_summary=False,
-                      enable_progress_bar=progress)  # fmt: skip
+    trainer = _trainer(precision, progress, limit=1.0)
     run = trainer.test if split == "test" else trainer.validate
     run(module, datamodule=datamodule, verbose=False)
     key = "test/bpd" if split == "test" else "val/bpd"
