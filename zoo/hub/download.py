@@ -408,6 +408,14 @@ def resolve(
             f"'./{name}' to use the folder (a path must look like one: ./, /, ~ or a trailing "
             "/), or run this elsewhere to load the Hub repo."
         )
+    return _unpublished_repo(name, revision, registry, cache_dir, force_download), None
+
+
+def _unpublished_repo(
+    name: str, revision: str | None, registry: Registry, cache_dir, force_download: bool
+) -> Path:
+    """The snapshot of a Hub repo that is not published at this revision (unverified), with
+    huggingface_hub's failures turned into one-line HubErrors."""
     try:
         path = snapshot_download(
             name,
@@ -446,7 +454,7 @@ def resolve(
         ) from None
     except HfHubHTTPError as e:
         raise HubError(f"downloading {name} failed: {e}") from None
-    return Path(path), None
+    return Path(path)
 
 
 def _pinned_message(entry: CheckpointEntry, revision: str) -> str:
