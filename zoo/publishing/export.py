@@ -122,14 +122,32 @@ def export_run(
     Raises:
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
         ``training.json``, ``by_position``, ``by_context`` or ``copy_probe`` holds none of its
-        files, or
-        ``bench`` has no ``bench.md``; ChecksumError: the saved
-        model does not match its manifest; ConfigError: no recipe file.
+        files, or ``bench`` has no ``bench.md``; ChecksumError: the saved model does not match
+        its manifest; ConfigError: no recipe file.
     """
-    from zoo.loading import load_task
+    saved, ckpt_path = _checked_source(source, recipe)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, facts = _weights_and_facts(saved, ckpt_path, out, name, recipe)
+    if ckpt_path is not None or not (saved / GOLDEN_NAME).is_file():  # a saved model keeps its own
+        record_golden(model, out)
+    if Path(recipe).resolve() != (out / "recipe.yaml").resolve():
+        shutil.copyfile(recipe, out / "recipe.yaml")
+    config = json.loads((out / "config.json").read_text())
+    facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
+    lineage = facts.get("lineage") or {}
+    if lineage.get("parent"):  # a checkpoint's name or its run's recipe, not a local folder
+        lineage["parent"] = checkpoint_name(lineage["parent"])
+    (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+    _copy_extras(source, out, name, by_position, by_context, copy_probe, samples, bench)
+    _card(out, name, config, metrics, facts, repo_id).save(out / "README.md")
+    return out
+
+
+def _checked_source(source, recipe) -> tuple[Path, Path | None]:
+    """``source`` as a folder and its Lightning checkpoint (None: a saved model), once it is one
+    that :func:`export_run` takes and the recipe exists."""
     from zoo.pretrained import find_checkpoint
-    from zoo.probes import COPY_PROBE_FILES, load_copy_probe
-    from zoo.profiles import BY_CONTEXT_FILES, BY_POSITION_FILES, load_context_profile
 
     saved = Path(source)
     ckpt_path = find_checkpoint(source)
@@ -147,8 +165,14 @@ def export_run(
         raise ConfigError(
             f"recipe {recipe} does not exist: pass the YAML the run was trained with."
         )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    return saved, ckpt_path
+
+
+def _weights_and_facts(saved: Path, ckpt_path: Path | None, out: Path, name: str, recipe):
+    """Write the weights and config into ``out``; return the model and its training facts (a
+    saved model's ``training.json``, or read from the checkpoint), with earlier stages."""
+    from zoo.loading import load_task
+
     if ckpt_path is None:
         from zoo.files import MANIFEST_NAME
         from zoo.pretrained import from_pretrained
@@ -177,16 +201,15 @@ def export_run(
             facts["lineage"]["data"] = data_checksum_at_export(
                 model.config.max_seq_len, facts["data"]
             )
-    if ckpt_path is not None or not (saved / GOLDEN_NAME).is_file():  # a saved model keeps its own
-        record_golden(model, out)
-    if Path(recipe).resolve() != (out / "recipe.yaml").resolve():
-        shutil.copyfile(recipe, out / "recipe.yaml")
-    config = json.loads((out / "config.json").read_text())
-    facts["data"]["seq_len"] = facts["data"]["seq_len"] or config["config"].get("max_seq_len")
-    lineage = facts.get("lineage") or {}
-    if lineage.get("parent"):  # a checkpoint's name or its run's recipe, not a local folder
-        lineage["parent"] = checkpoint_name(lineage["parent"])
-    (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
+    return model, facts
+
+
+def _copy_extras(source, out: Path, name: str, by_position, by_context, copy_probe, samples,
+                 bench) -> None:  # fmt: skip
+    """Copy the measured curves, sample grids and bench files that :func:`export_run` was given."""
+    from zoo.probes import COPY_PROBE_FILES
+    from zoo.profiles import BY_CONTEXT_FILES, BY_POSITION_FILES
+
     if by_position is not None:
         _copy_measured(by_position, BY_POSITION_FILES, BY_POSITION_FILES, out,
                        f"zoo evaluate {source} --by-position --out-dir {by_position}")  # fmt: skip
@@ -212,6 +235,13 @@ def export_run(
     if bench is not None:
         _copy_measured(bench, BENCH_FILES, ("bench.md",), out,
                        f"zoo bench {name} --out-dir {bench}")  # fmt: skip
+
+
+def _card(out: Path, name: str, config: dict, metrics: list[Metric], facts: dict, repo_id):
+    """The model card of the folder ``out``, showing whatever curves and pictures it holds."""
+    from zoo.probes import load_copy_probe
+    from zoo.profiles import load_context_profile
+
     md, png = out / "by_position.md", out / "by_position.png"
     ctx_md, ctx_png = out / "by_context.md", out / "by_context.png"
     card = model_card(
@@ -237,8 +267,7 @@ def export_run(
         bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
     )
-    card.save(out / "README.md")
-    return out
+    return card
 
 
 def _profile_source(out: Path, stem: str) -> str | None:
