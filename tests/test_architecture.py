@@ -136,6 +136,68 @@ def test_every_module_of_zoo_has_a_layer():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     (contract,) = config["contracts"]
     placed = {m.strip() for layer in contract["layers"] for m in layer.split("|")}
-    tops = {f"zoo.{p.stem}" for p in (REPO / "zoo").iterdir()
-            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    tops = {
+        f"zoo.{p.stem}"
+        for p in (REPO / "zoo").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
     assert tops - placed == set(), "a module of zoo/ without a layer: add it to pyproject.toml"
+
+
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 80
+LONG_REASON = "# long because"  # the comment that lets a function be longer (issue 54, step 5)
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """``(name, lines)`` of the functions in ``source`` whose code (their docstring aside) runs
+    over ``limit`` lines, unless a ``# long because ...`` comment opens their body."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        first = node.body[0]
+        has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        doc = (
+            first.end_lineno - first.lineno + 1
+            if has_doc and isinstance(first.value.value, str)
+            else 0
+        )
+        # the lines right after the docstring, or right before the first statement
+        near = lines[first.end_lineno : first.end_lineno + 3] if doc else lines[
+            max(0, first.lineno - 4) : first.lineno - 1
+        ]  # fmt: skip
+        if any(line.strip().startswith(LONG_REASON) for line in near):
+            continue
+        n = node.end_lineno - node.lineno + 1 - doc
+        if n > limit:
+            found.append((node.name, n))
+    return found
+
+
+def _library_files():
+    return sorted([*(REPO / "zoo").rglob("*.py"), *(REPO / "kernels").rglob("*.py")])
+
+
+def test_no_library_file_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in _library_files()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}  # fmt: skip
+    assert long == {}, f"split these files (at most {MAX_FILE_LINES} lines): {long}"
+
+
+def test_no_library_function_over_80_lines_of_code():
+    long = {f"{p.relative_to(REPO)}:{name}": n for p in _library_files()
+            for name, n in long_functions(p.read_text())}  # fmt: skip
+    assert long == {}, (
+        f"split these functions (at most {MAX_FUNCTION_LINES} lines besides the docstring), or "
+        f"open them with a '{LONG_REASON} ...' comment: {long}"
+    )
+
+
+def test_the_function_length_check_can_fail():
+    body = "\n".join(f"    x{i} = {i}" for i in range(81))
+    assert long_functions(f'def f():\n    """Doc."""\n{body}\n') == [("f", 82)]  # def line too
+    assert long_functions(f"def f():\n    {LONG_REASON}: one table\n{body}\n") == []
+    short = "\n".join(f"    x{i} = {i}" for i in range(79))
+    doc = '    """' + "\n".join(["Doc."] * 30) + '"""'
+    assert long_functions(f"def f():\n{doc}\n{short}\n") == []  # a long docstring is fine

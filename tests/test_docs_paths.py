@@ -1,10 +1,10 @@
 """Every recipe, experiment and script that the docs name exists (issue 54, step 4): moving a file
 out of `recipes/` or `experiments/` must not break a docs section that cites it.
 
-Scanned: README.md, docs/ (Markdown), checkpoints.yaml, the Makefile, and the comments and
-docstrings of the files in `recipes/` and `experiments/`. Not scanned: the published folders under
-checkpoints/ (their cards and training.json are pinned by sha256 and record the paths of the day
-they were trained) and the measurement records under docs/bench/ other than Markdown.
+Scanned: README.md, docs/ (Markdown), checkpoints.yaml, the Makefile, the published cards and
+training.json files, and the comments and docstrings of the files in `recipes/` and
+`experiments/`. Not scanned: the published `recipe.yaml` copies (the recipe as it ran, comments
+included) and the measurement records under docs/bench/ other than Markdown.
 """
 
 import re
@@ -33,6 +33,8 @@ def cited_paths() -> dict[str, list[str]]:
         REPO / "checkpoints.yaml",
         REPO / "Makefile",
         *(p for p in (REPO / "docs").rglob("*.md")),
+        *(REPO / "checkpoints").glob("*/README.md"),
+        *(REPO / "checkpoints").glob("*/training.json"),
         *(p for d in ("recipes", "experiments") for p in (REPO / d).rglob("*") if p.is_file()),
     ]
     cited: dict[str, list[str]] = {}

@@ -56,6 +56,16 @@ def test_a_retirement_round_trips_through_the_registry(retired):
     assert load_registry().path.read_text() == again.path.read_text()  # a fixed point
 
 
+def test_refreshing_a_retired_checkpoints_card_keeps_it_retired(retired):
+    """Re-registering a folder (`zoo export --register`, refresh_card) replaces its files and
+    metadata, not the registry's decision to retire it."""
+    from zoo.publishing import refresh_card
+
+    entry = refresh_card(OLD, retired)
+    assert entry.retired == Retirement(**RETIRED) == load_registry().get(OLD).retired
+    assert load_registry().get(NAME).retired is None
+
+
 @pytest.mark.parametrize(
     "edit, what",
     [

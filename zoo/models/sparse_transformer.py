@@ -253,8 +253,7 @@ register_preset(
     SparseTransformerLM,
     SparseTransformerConfig(**_STRIDED_8K),
     "strided pattern (stride 128, heads split A1/A2), rotary positions, 8 layers, d=512, 8 heads "
-    "(25.5M parameters), context 8192: the GPU-sized model (recipes/sparse_transformer/"
-    "pg19mini_gpu.yaml)",
+    "(25.5M parameters), context 8192: the GPU-sized model (sparse_transformer_strided_8k.pg19mini)",
 )
 register_preset(
     "sparse_transformer_small_dense",

@@ -180,46 +180,8 @@ def model_card(
     except KeyError:
         description = model_type
     dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
-    data = ModelCardData(
-        language=_languages(task, facts),
-        license="apache-2.0",
-        library_name="attention-zoo",
-        tags=[model_type.replace("_", "-"), *card.tags, "pytorch"],
-        datasets=[dataset] if dataset else None,
-        metrics=sorted({m.name for m in metrics}) or [TASKS[task]],
-        model_name=name,
-        pipeline_tag=card.pipeline_tag,
-        eval_results=[
-            EvalResult(
-                task_type=card.task_type,
-                dataset_type=m.dataset,
-                dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
-                dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
-                metric_type=m.name,
-                metric_name=f"{m.kind.heading} ({', '.join(filter(None, (m.measured_on, m.search_text)))})",
-                metric_config=m.signature,
-                metric_value=m.value,
-            )
-            for m in metrics
-        ],
-    )
-    results = "\n".join(
-        f"| {m.kind.heading} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
-        f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
-        f"| {m.precision} "
-        f"| {m.decoding_text} | {m.hardware or 'unknown'} |"
-        for m in metrics
-    )
-    caveats = "".join(
-        f"\n† {CAVEATS[d]}.\n" for d in sorted({m.dataset for m in metrics}) if d in CAVEATS
-    ) + "".join(
-        f"\nsacrebleu signature: `{sig}`.\n" for sig in sorted({m.signature for m in metrics
-                                                                if m.signature})
-    )  # fmt: skip
-    direction = ", ".join(
-        f"{m.kind.heading}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
-        for m in {m.name: m for m in metrics}.values()
-    )
+    data = _metadata(name, task, card, model_type, facts, metrics, dataset)
+    results, caveats, direction = _results_rows(metrics)
     curve = _by_position_section(name, by_position, by_position_plot) + _by_context_section(
         by_context_command or f"zoo evaluate {name} --by-context", by_context, by_context_plot
     ) + _copy_probe_section(name, copy_probe_command or f"zoo evaluate {name} --probe copy",
@@ -228,13 +190,6 @@ def model_card(
     pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
-    tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
-    unit = {"image_lm": "sub-pixels (one image)", "translation": "padded source tokens"}.get(
-        task, "bytes"
-    )
-    windows = training_windows(
-        facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
-    )
     extra = facts.get("data", {}).get("extra_train") or []
     corpus = DATASETS.get(dataset, dataset) + "".join(
         f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
@@ -261,7 +216,79 @@ Measured with `zoo evaluate {name} [--split S] [--windows N]` ({direction});
 |---|---|---|---|---|---|---|---|
 {results}
 {caveats}{structure}{curve}{pictures}
-## Training
+{_training_section(facts, cfg, task)}{_lineage_section(facts)}
+## Configuration
+
+| field | value |
+|---|---|
+{config_rows}
+
+## Limitations
+
+{card.limitations}
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _metadata(name, task, card, model_type, facts, metrics, dataset) -> ModelCardData:
+    """The card's model-index metadata: one eval result per metric, a slice named as such."""
+    return ModelCardData(
+        language=_languages(task, facts),
+        license="apache-2.0",
+        library_name="attention-zoo",
+        tags=[model_type.replace("_", "-"), *card.tags, "pytorch"],
+        datasets=[dataset] if dataset else None,
+        metrics=sorted({m.name for m in metrics}) or [TASKS[task]],
+        model_name=name,
+        pipeline_tag=card.pipeline_tag,
+        eval_results=[
+            EvalResult(
+                task_type=card.task_type,
+                dataset_type=m.dataset,
+                dataset_name=m.dataset + (" (JPEG copy)" if m.dataset in CAVEATS else ""),
+                dataset_split=m.split if m.whole else f"{m.split} (slice: {m.measured_on})",
+                metric_type=m.name,
+                metric_name=f"{m.kind.heading} ({', '.join(filter(None, (m.measured_on, m.search_text)))})",
+                metric_config=m.signature,
+                metric_value=m.value,
+            )
+            for m in metrics
+        ],
+    )
+
+
+def _results_rows(metrics: list[Metric]) -> tuple[str, str, str]:
+    """The results table's rows, the caveats and signatures under it, and which way is better."""
+    results = "\n".join(
+        f"| {m.kind.heading} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
+        f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
+        f"| {m.precision} "
+        f"| {m.decoding_text} | {m.hardware or 'unknown'} |"
+        for m in metrics
+    )
+    caveats = "".join(
+        f"\n† {CAVEATS[d]}.\n" for d in sorted({m.dataset for m in metrics}) if d in CAVEATS
+    ) + "".join(
+        f"\nsacrebleu signature: `{sig}`.\n" for sig in sorted({m.signature for m in metrics
+                                                                if m.signature})
+    )  # fmt: skip
+    direction = ", ".join(
+        f"{m.kind.heading}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
+        for m in {m.name: m for m in metrics}.values()
+    )
+    return results, caveats, direction
+
+
+def _training_section(facts: dict[str, Any], cfg: dict[str, Any], task: str) -> str:
+    """The card's training table, from ``training.json``'s facts (``cfg``: the model config)."""
+    unit = {"image_lm": "sub-pixels (one image)", "translation": "padded source tokens"}.get(
+        task, "bytes"
+    )
+    windows = training_windows(
+        facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
+    )
+    tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
+    return f"""## Training
 
 | quantity | value |
 |---|---|
@@ -276,18 +303,7 @@ Measured with `zoo evaluate {name} [--split S] [--windows N]` ({direction});
 
 `recipe.yaml` is the recipe that trained it (`zoo fit --config recipe.yaml`); `training.json` has
 these facts in machine-readable form.
-{_lineage_section(facts)}
-## Configuration
-
-| field | value |
-|---|---|
-{config_rows}
-
-## Limitations
-
-{card.limitations}
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
 def _languages(task: str, facts: dict[str, Any]) -> list[str] | str | None:

@@ -358,7 +358,8 @@ def register(
     """Add (or replace) the ``checkpoints.yaml`` entry of an exported folder and save the file.
 
     Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
-    ``zoo push --update-registry`` pins the commit the push created.
+    ``zoo push --update-registry`` pins the commit the push created. Replacing an entry keeps its
+    retirement (``retired``: a decision of the registry, not a file of the folder).
     """
     from zoo.models.registry import get_model_class, get_preset
 
@@ -394,6 +395,7 @@ def register(
         }
         | {"parent": checkpoint_name((facts.get("lineage") or {}).get("parent"))},  # fmt: skip
         structure=structure_of(meta, facts),
+        retired=registry.entries[name].retired if name in registry.entries else None,
     )
     registry.with_entry(entry).save()
     return entry
