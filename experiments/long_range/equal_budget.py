@@ -114,6 +114,18 @@ RUNS_256 = {
          "routing_score_scale": 1.0},
         "as routing_causal_32_k1 with scores q·k unscaled (Algorithm 1 line 22; range [-D, D])",
     ),
+    # routing heads that attend with their raw projections (no LayerNorm on q = k)
+    "routing_causal_32_k1_raw": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
+         "routing_layer_norm": False},
+        "as routing_causal_32_k1 without the LayerNorm on the routing heads' queries = keys",
+    ),
+    "routing_causal_32_raw": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "routing_layer_norm": False},
+        "as routing_causal_32 (k = 32) without the LayerNorm on the routing heads' queries = keys",
+    ),
     # top-w routing with k = 1 selects every token (w = T), so nothing leaks: dense content-only
     # heads again, now with keys projected apart from the queries or not
     "routing_topw_32_k1": (

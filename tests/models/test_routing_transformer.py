@@ -42,6 +42,7 @@ def test_routing_heads_only_in_the_top_layers():
         (dict(routing_score_scale=1.0, max_relative_position=4), "routing_score_scale"),
         (dict(revive_below=1.0), "revive_below"),
         (dict(revive_split="bisect"), "revive_split"),
+        (dict(routing_layer_norm=False), "routing_layer_norm"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):
@@ -92,6 +93,27 @@ def test_every_shipped_routing_config_builds_its_layers_from_the_same_names():
             config.ema_decay,
             config.routing_score_scale,
         ), path
+
+
+def test_without_routing_layer_norm_the_heads_attend_with_raw_projections():
+    """The ablation changes what routing attention sees (raw q = k), not what the centroids
+    learn from (still the LayerNorm'd vectors), and stays strictly causal."""
+    from zoo.attention.kmeans import unit_layer_norm
+
+    plain = model_with(routing="causal", n_routing_layers=1)
+    raw = model_with(routing="causal", n_routing_layers=1, routing_layer_norm=False)
+    raw.load_state_dict(plain.state_dict())
+    x = torch.randint(0, 32, (2, 40))
+    attn = raw.blocks[-1].attention
+    h = torch.randn(2, 40, 32)
+    q_raw, q_plain = attn.project(h)[3], plain.blocks[-1].attention.project(h)[3]
+    torch.testing.assert_close(unit_layer_norm(q_raw), q_plain)  # the same vectors, not normed
+    assert not torch.allclose(q_raw, q_plain)
+    assert not torch.allclose(plain(x), raw(x))
+    raw.train()(x)  # a training step's centroid update sees unit vectors
+    torch.testing.assert_close(attn.kmeans.centroids.norm(dim=-1), torch.ones(2, 4))
+    moved = future_dependence(raw.eval(), x, changes=[10, 30])
+    assert all(r["max_logprob_change"] == 0.0 for r in moved)
 
 
 def test_the_revival_rule_reaches_the_centroids():

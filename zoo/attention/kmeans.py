@@ -164,10 +164,8 @@ class SphericalKMeans(nn.Module):
         the queries and keys assigned to the centroid; tests/test_ddp.py).
 
         Everything here runs in fp32 with autocast off, as :meth:`scores` does: under
-        ``bf16-mixed`` training, autocast used to run the k-means init's and revival's matrix
-        products in bf16: after one early training batch of ``routing_transformer_small``,
-        the revived centroids of its 4 layers differed from fp32's in 8, 83, 108 and 122 of 128
-        (docs/long_context.md §5p).
+        ``bf16-mixed`` training, autocast would run the k-means init's and revival's matrix
+        products in bf16, and revive different centroids (docs/long_context.md §5p).
         """
         with torch.autocast(q.device.type, enabled=False):  # fp32 under bf16-mixed training
             self._update(q, k, padding_mask, q_clusters)

@@ -123,6 +123,11 @@ class RoutingSpec:
             as written, ``A = Q'K'^T``, scores in ``[-D, D]``. Applied by scaling the routed
             queries and keys, so clusters (scale-invariant) and centroid updates (on the
             LayerNorm'd vectors) are unchanged. Not with ``max_relative_position``.
+        routing_layer_norm: LayerNorm (without scale and bias) on the routing heads' queries and
+            keys before they route and attend (Algorithm 1, lines 5-6). ``False``, an ablation,
+            causal routing only: they attend with the raw projections (any norm), and the
+            centroids still learn from the LayerNorm'd vectors; a token's cluster (its argmax
+            centroid) then sees the raw vector.
         rotary: rotary positions (Su et al. 2021) on the LOCAL heads' queries and keys. Routing
             heads stay purely content-based: turning their queries before the k-means would make
             the clusters depend on position.
@@ -130,8 +135,9 @@ class RoutingSpec:
 
     Raises:
         ValueError: ``d_model`` not divisible by ``n_heads``, ``n_local_heads`` outside
-            ``[0, n_heads]``, causal routing without ``shared_qk``, or a ``routing_score_scale``
-            that is not positive or comes with relative positions.
+            ``[0, n_heads]``, causal routing without ``shared_qk``, a ``routing_score_scale``
+            that is not positive or comes with relative positions, or ``routing_layer_norm=False``
+            without causal routing.
         TypeError: an unknown option (Python's own message names it).
     """
 
@@ -150,6 +156,7 @@ class RoutingSpec:
     revive_split: Literal["farthest", "two_means"] = "farthest"
     max_relative_position: int = 0
     routing_score_scale: float | None = None
+    routing_layer_norm: bool = True
     rotary: bool = False
     bias: bool = True
 
@@ -162,6 +169,8 @@ class RoutingSpec:
             )
         if self.routing == "causal" and not self.shared_qk:
             raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
+        if not self.routing_layer_norm and self.routing != "causal":
+            raise ValueError("routing_layer_norm=False needs causal routing (top-w ranks by norm)")
         scale = self.routing_score_scale
         if scale is not None and (scale <= 0 or self.max_relative_position):
             raise ValueError(
@@ -248,21 +257,23 @@ class RoutingSelfAttention(nn.Module):
             y = torch.cat([self._local(ql, kl, vl), routed], 1)
         if self.training and self.kmeans is not None:  # after routing (Algorithm 1 lines 28-31)
             k_update = None if self.shared_qk else kr.detach()
-            self.kmeans.update(qr.detach(), k_update, padding_mask, q_clusters=clusters)
+            q_update = qr.detach() if self.spec.routing_layer_norm else unit_layer_norm(qr.detach())
+            self.kmeans.update(q_update, k_update, padding_mask, q_clusters=clusters)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def project(self, x: Tensor) -> tuple[Tensor, ...]:
         """``(B, T, C)`` -> local ``q, k, v`` ``(B, h_local, T, D)`` and routing ``q, k, v``
-        ``(B, h_routing, T, D)``, the routing queries and keys layer-normalised (``k is q`` when
-        shared)."""
+        ``(B, h_routing, T, D)``, the routing queries and keys layer-normalised unless
+        ``routing_layer_norm`` is off (``k is q`` when shared)."""
         B, T, _ = x.shape
         D, hl, hr = self.d_head, self.n_local, self.n_routing
         parts = self.qkv(x).view(B, T, -1, D).transpose(1, 2)  # (B, width, T, D)
         # split, not slicing: each slice's backward would zero-fill a full-size gradient
         sizes = [hl, hl, hl, hr] + ([hr] if self.shared_qk else [hr, hr])
         ql, kl, vl, qr, *rest = parts.split(sizes, dim=1)
-        qr = unit_layer_norm(qr)
-        kr = qr if self.shared_qk else unit_layer_norm(rest[0])
+        norm = unit_layer_norm if self.spec.routing_layer_norm else (lambda t: t)
+        qr = norm(qr)
+        kr = qr if self.shared_qk else norm(rest[0])
         return ql, kl, vl, qr, kr, rest[-1]
 
     def scaled(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

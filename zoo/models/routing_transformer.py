@@ -57,6 +57,8 @@ class RoutingTransformerConfig(TransformerConfig):
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
     # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
     routing_score_scale: float | None = None
+    # LayerNorm on the routing heads' q and k (Algorithm 1); False: an ablation, causal routing only
+    routing_layer_norm: bool = True
     # what a config.json that lacks a key was trained with: without centroid_init and revive_below
     # (saved before these options existed), random centroids and no revival; without
     # revive_split, the farthest split
@@ -120,6 +122,10 @@ class RoutingTransformerConfig(TransformerConfig):
         if self.routing_score_scale is not None and self.max_relative_position:
             raise ConfigError(
                 "routing_score_scale works without relative positions: set max_relative_position 0"
+            )
+        if not self.routing_layer_norm and self.routing != "causal":
+            raise ConfigError(
+                "routing_layer_norm=false is an ablation of causal routing: set routing='causal'"
             )
 
     @property
