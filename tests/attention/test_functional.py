@@ -109,3 +109,18 @@ def test_dense_causal_attention_on_a_cpu_runs_small_heads_in_fp32(d_head, fp32):
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, wide.bfloat16() if fp32 else low)
     assert not torch.equal(wide.bfloat16(), low)  # the two precisions are told apart
+
+
+def test_the_clusters_route_is_routing_attention_within_the_engine():
+    """Content routing's top-w clusters are one of attend()'s routes (issue 54: one engine): the
+    same outputs as the fp64 reference, and no pattern, cache or dropout beside them."""
+    from zoo.kernels.routing import routing_attention_ref
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 12, 8) for _ in range(3))
+    q_idx = torch.stack([torch.randperm(12)[:8].view(2, 4).sort(-1).values for _ in range(6)])
+    q_idx = q_idx.view(2, 3, 2, 4)
+    want = routing_attention_ref(q, k, v, q_idx).float()
+    torch.testing.assert_close(attend(q, k, v, clusters=(q_idx, None)), want)
+    with pytest.raises(ValueError, match="clusters take no pattern"):
+        attend(q, k, v, causal(), clusters=(q_idx, None))

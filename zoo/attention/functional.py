@@ -26,6 +26,9 @@ masked computation, :func:`masked_attention`, up to float rounding):
 ``block_sparse`` any other pattern (and strided ``A1`` and fixed off the CPU):
                 :func:`zoo.kernels.block_sparse_attention` over its block layout (Triton on
                 CUDA, its PyTorch path elsewhere)
+``clusters``    content routing's clusters (``clusters=(q_idx, k_idx)``, Roy et al. 2020, Algorithm
+                1): causal attention among each cluster's members, outputs averaged over the
+                clusters a token joined (:func:`zoo.kernels.routing_attention`)
 ``decode``      new queries after ``past`` cached positions under a pattern: only the keys the
                 pattern selects are gathered, then the masked path
 ``materialised``  a mapping other than softmax (:mod:`zoo.attention.mappings`): the masked path
@@ -59,6 +62,7 @@ from zoo.attention.patterns import AttentionPattern
 from zoo.kernels import (
     BlockSparsePlan,
     block_sparse_attention,
+    routing_attention,
     run_window_attention,
     sdpa,
     segment_attention,
@@ -78,7 +82,8 @@ __all__ = [
 ]
 
 Route = Literal[
-    "dense", "columns", "local", "segments", "gathered", "block_sparse", "decode", "materialised"
+    "dense", "columns", "local", "segments", "gathered", "block_sparse", "clusters", "decode",
+    "materialised",
 ]
 MAX_PLANS = 32  # block-sparse / gathered plans kept (one per pattern, length, heads, device)
 _PLANS: OrderedDict[tuple, BlockSparsePlan | GatheredPlan] = OrderedDict()
@@ -128,8 +133,10 @@ def attend(
     segments: Tensor | None = None,
     positions: Tensor | None = None,
     relative: RelativePositions | None = None,
+    clusters: tuple[Tensor, Tensor | None] | None = None,
 ) -> Tensor:
-    """Attention of ``q`` to ``k, v`` under ``pattern``, by the route :func:`route` picks.
+    """Attention of ``q`` to ``k, v`` under ``pattern``, by the route :func:`route` picks, or
+    within ``clusters``.
 
     Args:
         q: ``(B, H, T, D)``, the queries at positions ``past .. past + T - 1``.
@@ -148,6 +155,9 @@ def attend(
         segments, positions, relative: for ``local``: per-position segment ids ``(B, H, T)``
             (attend only within a segment), the positions relative distances count from, and Shaw
             relative positions (see :func:`local_attention`).
+        clusters: ``(q_idx, k_idx)``, int64 ``(B, H, k, w)`` sorted positions of each cluster's
+            queries and keys (``k_idx`` ``None``: the same tokens), instead of a pattern: the
+            ``clusters`` route (content routing's top-``w`` clusters).
 
     Returns:
         ``(B, H, T, D)`` in the dtype of ``v``.
@@ -156,6 +166,10 @@ def attend(
         ValueError: an argument the chosen route cannot honour (dropout, padding or segments on a
             route that has none), so nothing is silently ignored.
     """
+    if clusters is not None:
+        if pattern is not None or past or mapping != "softmax" or dropout_p:
+            raise ValueError("clusters take no pattern, cache, other mapping or dropout")
+        return routing_attention(q, k, v, *clusters)
     r = route(pattern, past=past, mapping=mapping, device_type=q.device.type)
     if dropout_p and r != "dense":
         raise ValueError(f"attention dropout is supported on the dense route only, not {r!r}")

@@ -39,7 +39,6 @@ from zoo.attention.kmeans import SphericalKMeans, unit_layer_norm
 from zoo.attention.patterns import local
 from zoo.attention.relative import RelativePositions
 from zoo.attention.rotary import RotaryEmbedding
-from zoo.kernels import routing_attention
 from zoo.kernels.routing import gather_clusters, scatter_mean
 from zoo.kernels.softmax import masked_softmax
 
@@ -303,7 +302,7 @@ class RoutingSelfAttention(nn.Module):
         if self.training:  # for far_share(), computed only when a logger asks
             self._last_routing = (q.detach(), k.detach(), q_idx, k_idx)
         if self.relative is None:
-            return routing_attention(q, k, v, q_idx, k_idx), None
+            return attend(q, k, v, clusters=(q_idx, k_idx)), None
         return self._route_relative(q, k, v, q_idx, k_idx), None
 
     @torch.no_grad()
