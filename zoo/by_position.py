@@ -13,7 +13,7 @@ from pathlib import Path
 
 from zoo.data.windows import EvalWindows
 from zoo.errors import ConfigError
-from zoo.evaluation import _require_bytes, _require_positive_slice
+from zoo.evaluation import require_bytes, require_positive_slice
 from zoo.loading import extended, load_task
 from zoo.profiles import BY_POSITION_FILES, PositionProfile
 
@@ -91,7 +91,7 @@ def bits_by_position(
             windows = 1 + math.ceil(max(first_bytes - context, 0) / stride)
     datamodule = ByteTextDataModule(dataset=dataset, data_dir=data_dir, seq_len=context)
     datamodule.setup("test" if split == "test" else "validate")
-    _require_bytes(datamodule, dataset, split, data_dir)
+    require_bytes(datamodule, dataset, split, data_dir)
     ds = EvalWindows(datamodule.splits[split], context, stride)
     n = len(ds) if windows is None else min(windows, len(ds))
     bs = batch_size or (1 if context >= 2048 else 16)
@@ -137,7 +137,7 @@ def _check_arguments(dataset, split, context, bucket, windows, first_bytes) -> N
         )
     if windows is not None and first_bytes is not None:
         raise ConfigError("give windows or first_bytes, not both")
-    _require_positive_slice(windows, first_bytes)
+    require_positive_slice(windows, first_bytes)
     if context is not None and context <= 0:
         raise ConfigError(f"context must be positive, got {context}")
     if bucket <= 0:

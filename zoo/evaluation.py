@@ -40,18 +40,20 @@ __all__ = [
     "evaluate_translation",
     "load_metrics",
     "remeasure",
+    "require_bytes",
+    "require_positive_slice",
     "save_metric",
 ]
 
 
-def _require_positive_slice(windows: int | None, first_bytes: int | None = None) -> None:
+def require_positive_slice(windows: int | None, first_bytes: int | None = None) -> None:
     """Raise ConfigError for a slice of fewer than one window (or byte): ``None`` is the whole split."""
     for name, value in (("windows", windows), ("first_bytes", first_bytes)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value} (None: the whole split)")
 
 
-def _require_bytes(datamodule, dataset: str, split: str, data_dir: str | None) -> None:
+def require_bytes(datamodule, dataset: str, split: str, data_dir: str | None) -> None:
     """Raise DataNotFoundError when ``split`` (loaded) has no byte to score: every document empty."""
     from zoo.data.sources import corpus_dir
 
@@ -118,7 +120,7 @@ def evaluate(
 
     if split not in ("valid", "test"):
         raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
-    _require_positive_slice(windows, first_bytes)
+    require_positive_slice(windows, first_bytes)
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if dataset in EVAL_SPLITS:
@@ -155,7 +157,7 @@ def evaluate(
         dataset=dataset, data_dir=data_dir, seq_len=context, eval_batch_size=bs, path=text_file
     )
     datamodule.setup("test" if split == "test" else "validate")
-    _require_bytes(datamodule, dataset, split, data_dir)
+    require_bytes(datamodule, dataset, split, data_dir)
     limit = 1.0 if windows is None else windows // bs
     trainer = _trainer(precision, progress, limit)
     run = trainer.test if split == "test" else trainer.validate

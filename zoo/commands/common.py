@@ -1,4 +1,5 @@
-"""What several commands share: the ``--device`` check, and bytes from arguments and stdin."""
+"""What several commands share: the ``--device`` check, bytes from arguments and stdin, the
+terminal console and one-line warnings."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["checked_device", "one_line_warnings", "prompt_bytes", "stdin_bytes"]
+__all__ = ["checked_device", "console", "one_line_warnings", "prompt_bytes", "stdin_bytes"]
 
 
 def checked_device(parser: argparse.ArgumentParser, device: str) -> str:
@@ -51,3 +52,11 @@ def one_line_warnings(prog: str, *categories: type[Warning]):
         yield
     finally:
         warnings.showwarning = shown
+
+
+def console():
+    """A :class:`rich.console.Console`; 132 columns when not a terminal (logs) unless COLUMNS
+    says otherwise, so tables keep one line per row."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=132)

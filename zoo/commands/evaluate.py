@@ -11,8 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from zoo.commands.common import one_line_warnings
-from zoo.commands.listing import _console
+from zoo.commands.common import console, one_line_warnings
 
 __all__ = ["evaluate_main"]
 
@@ -248,7 +247,7 @@ def _evaluate(ns: argparse.Namespace) -> None:
         label = f"{reg.label}, {reg.search_text}" if reg.search_text else reg.label
         table.add_row(reg.kind.heading, label, reg.precision, reg.format(), m.format(),
                       f"[{style}]{diff:+.4f}[/{style}]")  # fmt: skip
-    _console().print(table)
+    console().print(table)
     if failed:
         sys.exit("zoo evaluate: measured values differ from checkpoints.yaml: " + "; ".join(failed))
 
@@ -304,7 +303,7 @@ def _by_position(ns: argparse.Namespace) -> None:
             f"{n:,}",
             "–" if bits is None else f"{bits:.4f}",
         )
-    _console().print(table)
+    console().print(table)
     print(f"{ns.source}: {p.bits_per_byte:.4f} bits/byte overall ({p.targets:,} bytes scored)")
     if p.stride is not None:
         print(
@@ -350,7 +349,7 @@ def _by_context(ns: argparse.Namespace) -> None:
             f"{p.bits[i]:.4f}",
             "–" if last else f"{p.gain[i]:+.4f} ± {p.gain_se[i]:.4f}",
         )
-    _console().print(table)
+    console().print(table)
     out = ns.out_dir or str(Path("by_context") / _sanitised(ns.source))
     named = dataclasses.replace(p, source=ns.name) if ns.name else p
     paths = save_context_profile(named, out)
@@ -376,7 +375,7 @@ def _copy_probe(ns: argparse.Namespace) -> None:
     except ZooError as e:
         print(f"zoo evaluate: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    _console().print(copy_probe_rich_table(p))
+    console().print(copy_probe_rich_table(p))
     out = ns.out_dir or str(Path("copy_probe") / _sanitised(ns.source))
     paths = save_copy_probe(dataclasses.replace(p, source=ns.name) if ns.name else p, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")

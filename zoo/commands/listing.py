@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from zoo.commands.common import console
 from zoo.errors import ConfigError
 
 __all__ = ["list_main", "markdown_table"]
@@ -25,12 +26,6 @@ README_START = (
 
 
 README_END = "<!-- checkpoints:end -->"
-
-
-def _console() -> Console:
-    """Rich output; 132 columns when not a terminal (logs) unless COLUMNS says otherwise, so
-    tables keep one line per row."""
-    return Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=132)
 
 
 def _emit(text: str) -> None:
@@ -316,4 +311,4 @@ def list_main(args: list[str]) -> None:
             active = "active published" if hidden else "published"
             _emit(f"no {active} checkpoint matches these filters\n{hidden}")
         else:
-            _emit(_listing(shown, registry, _console(), ns.wide) + hidden)
+            _emit(_listing(shown, registry, console(), ns.wide) + hidden)
