@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,7 +28,6 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from zoo.bench import BenchCard
     from zoo.profiles import ContextProfile, CopyProbe, PositionProfile
 
 __all__ = [
@@ -349,8 +348,9 @@ def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | N
     return _save(fig, path)
 
 
-def plot_bench_card(card: BenchCard, path: str | os.PathLike, title: str) -> Path:
-    """``bench.png``: time and (where measured) peak memory of a ``zoo bench`` card's forward pass,
+def plot_bench_card(card: Any, path: str | os.PathLike, title: str) -> Path:
+    """``bench.png``: time and (where measured) peak memory of a ``zoo bench`` card's forward pass
+    (``card``: a :class:`zoo.bench.BenchCard`, which this module does not import: it sits above),
     generation and training step against the sequence length, log-log, under ``title``. Returns
     the path written."""
     from matplotlib.ticker import NullFormatter
