@@ -166,14 +166,15 @@ def test_bad_generate_input_is_a_one_line_error(capsys, args, message):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_translate_says_which_line_is_not_utf8(capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("preset", ["transformer_tiny", "lstm_attention_tiny"])
+def test_translate_says_which_line_is_not_utf8(capsys, monkeypatch, tmp_path, preset):
     import io
 
     import zoo
     from zoo.data.translation import train_bpe
 
     tokenizer = train_bpe(["ein Hund", "a dog"] * 20, vocab_size=40)
-    model = zoo.create_model("transformer_tiny", vocab_size=tokenizer.get_vocab_size())
+    model = zoo.create_model(preset, vocab_size=tokenizer.get_vocab_size())
     model.tokenizer = tokenizer
     model.save_pretrained(tmp_path / "m")
     stdin = io.TextIOWrapper(io.BytesIO(b"ein Hund\nein \xff Hund\n"), encoding="utf-8")
@@ -260,3 +261,42 @@ def test_config_takes_a_packaged_recipe_name_or_inline_yaml():
         with_packaged_config(["fit", "--config", "transformer_lm_smal.pg19mini"])
     inline = ["fit", "--config", '{"trainer": {"max_steps": 1}}']
     assert with_packaged_config(inline) == inline  # jsonargparse reads it as a config itself
+
+
+def test_sample_refuses_what_does_not_fit_an_image_transformers_shape(
+    capsys, tmp_path, monkeypatch
+):
+    """The Image Transformer's 2-D positions fix its image shape: a data set of another shape, a
+    completion that no data set has images for, more completions than test images or a scale below
+    1 are one-line errors before anything is sampled or written; unconditional samples of its own
+    shape need no data set."""
+    import numpy as np
+
+    import zoo
+
+    tiny = tmp_path / "tiny"  # 4x4x3 images: no data set has them
+    zoo.create_model("image_transformer_tiny").save_pretrained(tiny)
+    out = tmp_path / "s.png"
+    cases = [
+        ([], "--completions needs test images of the model's 4x4x3 shape, and no image data set"),
+        (["--dataset", "mnist"], "the model completes 4x4x3 images, and mnist's are 28x28x1"),
+        (["--completions", "0", "--dataset", "mnist"], "models 4x4x3 images, not 28x28x1"),
+        (["--scale", "0"], "--scale is 0: draw each image pixel as at least 1 PNG pixel"),
+    ]
+    for flags, message in cases:
+        code, _, err = run_zoo(capsys, "sample", "--checkpoint", str(tiny), "--out", str(out),
+                               "--num-samples", "1", "--completions", "1", *flags)  # fmt: skip
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
+        assert not out.exists()  # nothing was drawn before the error
+    code, stdout, _ = run_zoo(capsys, "sample", "--checkpoint", str(tiny), "--out", str(out),
+                              "--num-samples", "2", "--completions", "0")  # fmt: skip
+    assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+
+    wide = tmp_path / "wide"  # CIFAR-10's shape, so cifar10 is its data set without --dataset
+    zoo.create_model("image_transformer_tiny", image_shape=(32, 32, 3), max_seq_len=3072)\
+        .save_pretrained(wide)  # fmt: skip
+    three = {"test": np.zeros((3, 32, 32, 3), np.uint8)}
+    monkeypatch.setattr("zoo.data.images.load_images", lambda *a, **k: three)
+    code, _, err = run_zoo(capsys, "sample", "--checkpoint", str(wide), "--out", str(out),
+                           "--num-samples", "0", "--completions", "4")  # fmt: skip
+    assert code == 2 and "--completions 4: the test split of cifar10 has 3 images" in err

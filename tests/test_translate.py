@@ -13,10 +13,13 @@ from zoo.data.translation import BOS_ID, EOS_ID, train_bpe
 from zoo.errors import CheckpointError
 
 
-@pytest.fixture
-def model(tokenizer):
+TRANSLATORS = ["transformer_tiny", "lstm_attention_tiny"]  # both families take the same flags
+
+
+@pytest.fixture(params=TRANSLATORS)
+def model(tokenizer, request):
     torch.manual_seed(0)
-    m = zoo.create_model("transformer_tiny", vocab_size=tokenizer.get_vocab_size()).eval()
+    m = zoo.create_model(request.param, vocab_size=tokenizer.get_vocab_size()).eval()
     m.tokenizer = tokenizer
     return m
 
@@ -45,7 +48,7 @@ def test_translate_restores_training_mode(model):
 
 
 def test_translate_refuses_too_long_sentences_and_a_missing_tokenizer(model, tokenizer):
-    long = " ".join(["Hund"] * 80)  # transformer_tiny: max_seq_len 64
+    long = " ".join(["Hund"] * 80)  # both tiny models: max_seq_len 64
     with pytest.raises(ValueError, match=r"sentence 1 has \d+ tokens .* max_seq_len=64"):
         translate(model, ["ein Hund", long])
     model.tokenizer = None
@@ -148,7 +151,9 @@ def test_lstm_attention_weights_are_the_decoder_distributions(tokenizer, mapping
     torch.testing.assert_close(weights.sum(-1), torch.ones(len(output)))
 
 
-def test_transformer_attention_weights_are_its_cross_attention(model, tokenizer):
+def test_transformer_attention_weights_are_its_cross_attention(tokenizer):
+    torch.manual_seed(0)
+    model = zoo.create_model("transformer_tiny", vocab_size=tokenizer.get_vocab_size()).eval()
     src = torch.tensor([tokenizer.encode("ein Hund läuft im Park").ids + [0, 0]])
     tgt = torch.tensor([[BOS_ID, 5, 6, 7]])
     w = model.attention_weights(src, tgt)

@@ -156,13 +156,22 @@ def sample_images(
 
     Raises:
         ValueError: the model's vocabulary is not 257 or its context is shorter than ``H W C``,
-            or ``prompt_images`` do not have ``image_shape``, or ``prompt_rows`` is not below ``H``.
+            the model has an ``image_shape`` of its own (the Image Transformer) that is not
+            ``image_shape``, ``prompt_images`` do not have ``image_shape``, or ``prompt_rows`` is
+            not below ``H``.
     """
     from zoo.data.images import BOS_ID, image_to_sequence, sequence_to_image
 
     H, W, C = image_shape
     L = H * W * C
     config = model.config
+    own = getattr(config, "image_shape", None)  # the Image Transformer's 2-D positions fix it
+    if own is not None and tuple(own) != (H, W, C):
+        h, w, c = own
+        raise ValueError(
+            f"{type(model).__name__} models {h}x{w}x{c} images, not {H}x{W}x{C}: sample or "
+            f"complete images of its own shape (a data set of {h}x{w}x{c} images)"
+        )
     if config.vocab_size != BOS_ID + 1 or config.max_seq_len < L:
         raise ValueError(
             f"{type(model).__name__} (vocab_size={config.vocab_size}, max_seq_len="

@@ -97,7 +97,8 @@ def sample_main(args: list[str]) -> None:
     parser.add_argument("--num-samples", type=int, default=8, help="unconditional samples")
     parser.add_argument("--completions", type=int, default=8, help="test images completed "
                         "(0: none); rows: top half given, completion, original")  # fmt: skip
-    parser.add_argument("--dataset", default="cifar10", help="image shape and test images")
+    parser.add_argument("--dataset", help="image shape and test images (default: the model's "
+                        "data set, else cifar10)")  # fmt: skip
     parser.add_argument("--data-dir", help="directory with <dataset>/ (default $ZOO_DATA_DIR)")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None)
@@ -111,26 +112,43 @@ def sample_main(args: list[str]) -> None:
     from zoo.data.images import IMAGE_DATASETS, load_images, save_image_grid
     from zoo.generation import sample_images
 
-    if ns.dataset not in IMAGE_DATASETS:
+    if ns.dataset is not None and ns.dataset not in IMAGE_DATASETS:
         parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
     if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
         parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
                     "one of them > 0\n")  # fmt: skip
+    if ns.scale < 1:
+        parser.exit(2, f"zoo sample: error: --scale is {ns.scale}: draw each image pixel as at "
+                    "least 1 PNG pixel\n")  # fmt: skip
     checked_device(parser, ns.device)
-    shape = IMAGE_DATASETS[ns.dataset][0]
     model = load_model(ns.checkpoint, ns.device, task="ImageLM")
+    ns.dataset = ns.dataset or _dataset_of(model)
+    own = getattr(model.config, "image_shape", None)
+    shape = IMAGE_DATASETS[ns.dataset][0] if ns.dataset else tuple(own)
+    originals = None
+    if ns.completions:  # checked before anything is sampled, so a bad flag costs nothing
+        h, w, c = shape
+        if ns.dataset is None:
+            parser.exit(2, f"zoo sample: error: --completions needs test images of the "
+                        f"model's {h}x{w}x{c} shape, and no image data set has them: use "
+                        "--completions 0\n")  # fmt: skip
+        if own is not None and tuple(own) != tuple(shape):
+            parser.exit(2, f"zoo sample: error: the model completes {own[0]}x{own[1]}x{own[2]} "
+                        f"images, and {ns.dataset}'s are {h}x{w}x{c}: choose a --dataset of its "
+                        "shape\n")  # fmt: skip
+        test = load_images(ns.dataset, data_dir=ns.data_dir, splits=("test",))["test"]
+        if ns.completions > len(test):
+            parser.exit(2, f"zoo sample: error: --completions {ns.completions}: the test split "
+                        f"of {ns.dataset} has {len(test)} images\n")  # fmt: skip
+        chosen = np.sort(np.random.default_rng(ns.seed).choice(len(test), ns.completions, False))
+        originals = test[chosen]
     generator = torch.Generator(ns.device).manual_seed(ns.seed)
     options = dict(temperature=ns.temperature, top_k=ns.top_k, generator=generator, progress=True)
     try:
         if ns.num_samples:
             samples = sample_images(model, shape, ns.num_samples, **options)
             print(f"wrote {save_image_grid(samples, ns.out, nrow=ns.num_samples, scale=ns.scale)}")
-        if ns.completions:
-            test = load_images(ns.dataset, data_dir=ns.data_dir, splits=("test",))["test"]
-            chosen = np.sort(
-                np.random.default_rng(ns.seed).choice(len(test), ns.completions, False)
-            )
-            originals = test[chosen]
+        if originals is not None:
             half = shape[0] // 2
             done = sample_images(model, shape, prompt_images=originals, prompt_rows=half, **options)
             given = originals.copy()
@@ -140,3 +158,18 @@ def sample_main(args: list[str]) -> None:
             print(f"wrote {save_image_grid(grid, path, nrow=ns.completions, scale=ns.scale)}")
     except ValueError as e:
         parser.exit(2, f"zoo sample: error: {e}\n")
+
+
+def _dataset_of(model) -> str | None:
+    """The image data set whose images ``model`` has the shape of (the first listed, so cifar10
+    before imagenet32), for a model that fixes its shape (the Image Transformer; ``None`` if no
+    data set has its shape); else cifar10."""
+    from zoo.data.images import IMAGE_DATASETS
+
+    own = getattr(model.config, "image_shape", None)
+    if own is not None:
+        for name, (shape, _) in IMAGE_DATASETS.items():
+            if tuple(shape) == tuple(own):
+                return name
+        return None
+    return "cifar10"
