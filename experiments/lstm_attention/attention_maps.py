@@ -22,12 +22,7 @@ from pathlib import Path
 
 from zoo.beam_search import translate_with_attention
 from zoo.drawing import AttentionMap, draw_attention_maps
-
-
-def mapping_of(model) -> str:
-    """The probability mapping a translation model attends with (``"softmax"`` if it names none)."""
-    config = model.config
-    return getattr(config, "mapping", None) or getattr(config, "attention_mapping", "softmax")
+from zoo.support import mapping_of
 
 
 def decode_with(model, mapping: str, fusedmax_lam: float | None = None):

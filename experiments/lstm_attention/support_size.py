@@ -13,41 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
-from zoo.data.translation import BOS_ID, load_pairs
+from zoo.data.translation import load_pairs
 from zoo.loading import load_model
-
-
-def _maps(model, src, tgt) -> list:
-    """Every attention map of one sentence: the LSTM's one, or each head of each Transformer
-    decoder layer."""
-    layers = getattr(model, "decoder", None)
-    if isinstance(layers, torch.nn.ModuleList):  # the Transformer: (H, T, S) per layer
-        return [
-            head
-            for layer in range(len(layers))
-            for head in model.attention_weights(src, tgt, layer, average_heads=False)[0]
-        ]
-    return [model.attention_weights(src, tgt)[0]]
-
-
-@torch.no_grad()
-def support(model, pairs, batch_size: int = 64) -> tuple[float, float]:
-    """Mean support and mean source length (tokens, sink excluded) over the target tokens (and over
-    heads and layers, for the Transformer)."""
-    tok = model.tokenizer
-    total = sources = count = 0.0
-    for i in range(0, len(pairs), batch_size):
-        for src_text, tgt_text in pairs[i : i + batch_size]:
-            src = torch.tensor([tok.encode(src_text).ids])
-            tgt = torch.tensor([[BOS_ID, *tok.encode(tgt_text).ids]])
-            for w in _maps(model, src, tgt):  # (T, S [+ sink]) each
-                w = w[:, : src.shape[1]]
-                total += float((w > 0).sum())
-                sources += src.shape[1] * w.shape[0]
-                count += w.shape[0]
-    return total / count, sources / count
+from zoo.support import attention_support as support  # the library's; `zoo evaluate --attention`
 
 
 def main() -> None:

@@ -124,16 +124,30 @@ def test_a_translation_checkpoint_is_not_measured_in_bits_per_byte(averaged_run)
 
 
 def test_an_averaged_run_publishes_with_its_tokenizer_and_translates_by_name(
-    averaged_run, registry, monkeypatch, capsys
+    averaged_run, registry, monkeypatch, capsys, tmp_path
 ):
     bleu = Metric("bleu", 1.5, "multi30k", "test", None, 1000, "32-true",
                   signature="nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
                   decoding={"search": "beam", "beam_size": 4, "alpha": 2.0, "max_len_a": 1.0,
                             "max_len_b": 50, "checkpoint": "average of 2 (steps 100, 200)"})  # fmt: skip
+    from zoo.drawing import AttentionMap
+    from zoo.support import AttentionProfile, save_attention_profile
+
+    profile = AttentionProfile(source="runs/x", mapping="softmax", dataset="multi30k",
+                               split="test", sentences=1000, support=12.0, source_tokens=12.0,
+                               line=22, sentence="ein Hund", reference="a dog",
+                               translation="a dog", beam_size=4, alpha=2.0)  # fmt: skip
+    drawn = AttentionMap("softmax", torch.full((3, 2), 0.5), ["ein", "Hund"], ["a", "dog", "</s>"])
+    save_attention_profile(profile, drawn, tmp_path / "attention")
     folder = export_run(averaged_run, registry.shipped_dir / NAME, name=NAME,
-                        recipe=REPO / RECIPE, metrics=[bleu])  # fmt: skip
+                        recipe=REPO / RECIPE, metrics=[bleu],
+                        attention=tmp_path / "attention")  # fmt: skip
     entry = register(folder, name=NAME, recipe=RECIPE, metrics=[bleu])
     assert entry.task == "translation" and "tokenizer.json" in entry.files
+    assert {"attention.md", "attention.json", "attention.png"} <= set(entry.files)
+    assert "## Attention over the source" in (folder / "README.md").read_text()
+    assert f"`zoo evaluate {NAME} --attention --dataset multi30k --split test --line 22`" in (
+        folder / "README.md").read_text()  # the card names the checkpoint, not the run
     facts = json.loads((folder / "training.json").read_text())
     assert facts["averaged_from"] == {"global_steps": [100, 200]}
     assert facts["tokens"] == 80_000 and facts["optimizer_steps"] == 200  # from last.ckpt

@@ -74,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     _by_position_arguments(parser)
     _by_context_arguments(parser)
     _probe_arguments(parser)
+    attention = parser.add_argument_group("attention of a translation model (zoo.support)")
+    attention.add_argument("--attention", action="store_true", help="the mean attention support "
+                           "(source tokens with non-zero weight per target token, teacher-forced "
+                           "on the references of --split) and the attention map of one sentence: "
+                           "attention.md / .json / .png in --out-dir (default "
+                           "attention/<SOURCE>)")  # fmt: skip
+    attention.add_argument("--line", type=int, help="--attention: the line of --split (0-based) "
+                           "to translate and draw (default 22)")  # fmt: skip
     return parser
 
 
@@ -145,6 +153,17 @@ def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Non
             "--by-position, --by-context, --context, --stride, --registered, --out, --precision, "
             "--windows or --first-bytes"
         )
+    if ns.attention and (ns.probe or ns.by_position or by_context or ns.registered or ns.out
+                         or ns.text_file or ns.precision != "32-true" or ns.windows is not None
+                         or ns.first_bytes is not None or ns.context is not None
+                         or ns.stride is not None):  # fmt: skip
+        parser.error(
+            "--attention measures a translation model's attention in fp32 and writes its own "
+            "files (--out-dir): not with --probe, --by-position, --by-context, --registered, "
+            "--out, --text-file, --precision, --windows, --first-bytes, --context or --stride"
+        )
+    if ns.line is not None and not ns.attention:
+        parser.error("--line goes with --attention")
     if not ns.probe and any(v is not None for v in probe_flags):
         parser.error("--span, --cue, --trials, --distances and --seed go with --probe")
     if ns.text_file and not ns.probe and (ns.dataset or ns.registered or ns.by_position
@@ -167,10 +186,16 @@ def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Non
         parser.error("--target-len, --block-spacing and --blocks go with --by-context")
     if not ns.by_position and (
         ns.context is not None
-        or ((ns.out_dir is not None or ns.name is not None) and not by_context and not ns.probe)
+        or (
+            (ns.out_dir is not None or ns.name is not None)
+            and not (by_context or ns.probe or ns.attention)
+        )
         or ns.stride is not None
     ):
-        parser.error("--context, --stride, --out-dir and --name go with --by-position")
+        parser.error(
+            "--context and --stride go with --by-position; --out-dir and --name with "
+            "--by-position, --by-context, --probe or --attention"
+        )
     for flag, value, whole in (("--windows", ns.windows, True),
                                ("--first-bytes", ns.first_bytes, True),
                                ("--batch-size", ns.batch_size, False)):  # fmt: skip
@@ -199,6 +224,9 @@ def _evaluate(ns: argparse.Namespace) -> None:
         return
     if ns.probe:
         _copy_probe(ns)
+        return
+    if ns.attention:
+        _attention(ns)
         return
     decoding = {k: v for k, v in (("search", ns.decoding), ("beam_size", ns.beam_size),
                                   ("alpha", ns.alpha)) if v is not None} or None  # fmt: skip
@@ -378,4 +406,26 @@ def _copy_probe(ns: argparse.Namespace) -> None:
     console().print(copy_probe_rich_table(p))
     out = ns.out_dir or str(Path("copy_probe") / _sanitised(ns.source))
     paths = save_copy_probe(dataclasses.replace(p, source=ns.name) if ns.name else p, out)
+    print(f"wrote {', '.join(str(path) for path in paths)}")
+
+
+def _attention(ns: argparse.Namespace) -> None:
+    """``zoo evaluate SOURCE --attention``: measure (:func:`zoo.support.attention_profile`), print
+    the table, write the files (which call the model ``--name``, default SOURCE)."""
+    import dataclasses
+
+    from zoo.errors import ZooError
+    from zoo.support import attention_profile, save_attention_profile
+
+    try:
+        line = 22 if ns.line is None else ns.line
+        p, drawn = attention_profile(ns.source, dataset=ns.dataset, split=ns.split, line=line,
+                                     beam_size=ns.beam_size, alpha=ns.alpha,
+                                     data_dir=ns.data_dir, progress=True)  # fmt: skip
+    except (ValueError, ZooError) as e:
+        print(f"zoo evaluate: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(p.text())
+    out = ns.out_dir or str(Path("attention") / _sanitised(ns.source))
+    paths = save_attention_profile(dataclasses.replace(p, source=ns.name or p.source), drawn, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")

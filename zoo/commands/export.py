@@ -40,6 +40,9 @@ def export_main(args: list[str]) -> None:
                         "grid (and its _completions.png): published, in the card")  # fmt: skip
     parser.add_argument("--bench", metavar="DIR", help="the folder of `zoo bench NAME --out-dir "
                         "DIR` (bench.md/.json/.png): published, in the card")  # fmt: skip
+    parser.add_argument("--attention", metavar="DIR", help="a translation model's folder of `zoo "
+                        "evaluate RUN --attention` (attention.md/.json/.png): published, in the "
+                        "card")  # fmt: skip
     ns = parser.parse_args(args)
     if ns.repo_id is not None:
         from zoo.publishing.push import checked_repo_id
@@ -58,6 +61,7 @@ def export_main(args: list[str]) -> None:
         by_context=ns.by_context,
         copy_probe=ns.copy_probe,
         samples=ns.samples,
+        attention=ns.attention,
         bench=ns.bench,
     )
     print(f"exported {ns.run} to {out}")

@@ -155,6 +155,7 @@ def model_card(
     samples: list[str] = (),
     bench: str | None = None,
     bench_plot: str | None = None,
+    attention: Any = None,
 ) -> ModelCard:
     """The README.md of a published checkpoint, with model-index metadata.
 
@@ -166,7 +167,9 @@ def model_card(
     bits per byte of the same bytes by context length, measured with ``by_context_command``;
     ``copy_probe`` and ``copy_probe_plot`` (``copy_probe.md`` and its PNG) a section on retrieval
     at a distance, measured with ``copy_probe_command``, naming the registered ``copy_gain`` of
-    ``metrics`` if there is one; ``samples`` (PNG paths relative to the card) a section of
+    ``metrics`` if there is one; ``attention`` (a translation model's
+    :class:`zoo.support.AttentionProfile`, its picture ``attention.png`` beside the card) a section
+    on its attention support; ``samples`` (PNG paths relative to the card) a section of
     samples; ``bench`` (the text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on
     time and memory by sequence length.
     """
@@ -185,7 +188,7 @@ def model_card(
     curve = _by_position_section(name, by_position, by_position_plot) + _by_context_section(
         by_context_command or f"zoo evaluate {name} --by-context", by_context, by_context_plot
     ) + _copy_probe_section(name, copy_probe_command or f"zoo evaluate {name} --probe copy",
-                            copy_probe, copy_probe_plot, metrics)  # fmt: skip
+                            copy_probe, copy_probe_plot, metrics) + _attention_section(attention)  # fmt: skip
     structure = _structure_section(structure_of(config, facts))
     pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
     cfg = config["config"]
@@ -470,6 +473,22 @@ def _copy_probe_section(
         )
     return _curve_section("Retrieval at a distance (copy probe)", lead,
                           "retrieval gain by distance (copy probe)", table, plot)  # fmt: skip
+
+
+def _attention_section(profile: Any) -> str:
+    """The card's section on a translation model's attention (``attention.md`` / ``.png``)."""
+    if profile is None:
+        return ""
+    lead = (
+        f"How much of the source the model attends to. Its attention mapping is "
+        f"{profile.mapping}: the support of a target token is the number of source tokens with "
+        "non-zero weight (a softmax keeps all of them, a sparse mapping few). Teacher-forced on "
+        f"the references of the {profile.split} split; the picture is line {profile.line} as the "
+        "model translates it: darker = more attention, white = exactly zero. Measured with "
+        f"`{profile.command()}`."
+    )
+    return _curve_section("Attention over the source", lead, "attention map of one sentence",
+                          profile.text(), "attention.png")  # fmt: skip
 
 
 def _curve_section(heading: str, lead: str, alt: str, table: str | None, plot: str | None) -> str:

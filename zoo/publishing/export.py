@@ -67,6 +67,9 @@ PUBLISHED_FILES = (
     "copy_probe.md",  # optional: retrieval gain by distance of a planted span (zoo evaluate
     "copy_probe.json",  # --probe copy, zoo.probes), shown in the model card
     "copy_probe.png",
+    "attention.md",  # optional: a translation model's attention support and one sentence's
+    "attention.json",  # attention map (zoo evaluate --attention, zoo.support), in the card
+    "attention.png",
     "samples.png",  # optional: image models' samples and completions (zoo sample), in the card
     "samples_completions.png",
     "bench.md",  # optional: time and memory by sequence length on one machine (zoo bench),
@@ -91,6 +94,7 @@ def export_run(
     copy_probe: str | os.PathLike | None = None,
     samples: str | os.PathLike | None = None,
     bench: str | os.PathLike | None = None,
+    attention: str | os.PathLike | None = None,
 ) -> Path:
     """Write the publishable folder of a trained run (see the module docstring) to ``out_dir``.
 
@@ -116,14 +120,16 @@ def export_run(
             ``samples.png``, with its ``<stem>_completions.png`` beside it when there is one.
         bench: a folder from ``zoo bench NAME --out-dir DIR``: its ``bench.md`` / ``.json`` /
             ``.png`` are copied, and the card shows them.
+        attention: a translation model's folder from ``zoo evaluate --attention``
+            (``--out-dir``): its ``attention.md`` / ``.json`` / ``.png`` are copied and shown.
 
     The card's wording follows the task of the metrics (:func:`task_of`).
 
     Raises:
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
-        ``training.json``, ``by_position``, ``by_context`` or ``copy_probe`` holds none of its
-        files, or ``bench`` has no ``bench.md``; ChecksumError: the saved model does not match
-        its manifest; ConfigError: no recipe file.
+        ``training.json``, ``by_position``, ``by_context``, ``copy_probe`` or ``attention``
+        holds none of its files, or ``bench`` has no ``bench.md``; ChecksumError: the saved
+        model does not match its manifest; ConfigError: no recipe file.
     """
     saved, ckpt_path = _checked_source(source, recipe)
     out = Path(out_dir)
@@ -140,6 +146,12 @@ def export_run(
         lineage["parent"] = checkpoint_name(lineage["parent"])
     (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
     _copy_extras(source, out, name, by_position, by_context, copy_probe, samples, bench)
+    if attention is not None:
+        from zoo.support import FILES as ATTENTION_FILES
+
+        _copy_measured(attention, ATTENTION_FILES, ATTENTION_FILES, out,
+                       f"zoo evaluate {source} --attention --out-dir {attention}")  # fmt: skip
+        _warn_local_source(out, "attention", name, flag="--attention")
     _card(out, name, config, metrics, facts, repo_id).save(out / "README.md")
     return out
 
@@ -264,10 +276,22 @@ def _card(out: Path, name: str, config: dict, metrics: list[Metric], facts: dict
             load_copy_probe(out).command(name) if (out / "copy_probe.json").is_file() else None
         ),  # fmt: skip
         samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
+        attention=_attention_of(out, name),
         bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
     )
     return card
+
+
+def _attention_of(out: Path, name: str):
+    """The attention profile in ``out`` (``attention.json``) for the card, or ``None``."""
+    import dataclasses
+
+    from zoo.support import load_attention_profile
+
+    if not (out / "attention.json").is_file():
+        return None
+    return dataclasses.replace(load_attention_profile(out), source=name)
 
 
 def _profile_source(out: Path, stem: str) -> str | None:
