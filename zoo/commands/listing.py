@@ -185,9 +185,11 @@ def _wide_table(entries, records, title: str) -> Table:
 
 def _family(model_type: str) -> str:
     """A model family in a word or two: ``routing_transformer_lm`` -> ``routing``,
-    ``transformer_seq2seq`` -> ``seq2seq``, ``transformer_lm`` -> ``transformer``."""
+    ``transformer_seq2seq`` -> ``seq2seq``, ``transformer_lm`` -> ``transformer``,
+    ``lstm_seq2seq`` -> ``lstm``; one word, so the narrow table's columns stay whole."""
     words = [w for w in model_type.split("_") if w != "lm"]
-    return " ".join([w for w in words if w != "transformer"] or words)
+    words = [w for w in words if w != "transformer"] or words
+    return "-".join([w for w in words if w != "seq2seq"] or words)
 
 
 SHORT_UNITS = {"bits/byte": "bpb", "bits/dim": "bpd"}
