@@ -12,7 +12,6 @@ from zoo.cli import main
 from zoo.data.translation import BOS_ID, EOS_ID, train_bpe
 from zoo.errors import CheckpointError
 
-
 TRANSLATORS = ["transformer_tiny", "lstm_attention_tiny"]  # both families take the same flags
 
 

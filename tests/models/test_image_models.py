@@ -161,7 +161,7 @@ def test_samples_and_completions_are_images_that_keep_the_given_rows():
 def test_sampling_refuses_what_is_not_an_image_model():
     with pytest.raises(ValueError, match="vocab_size=257"):
         sample_images(zoo.create_model("transformer_lm_tiny"), (4, 4, 3), 1)
-    with pytest.raises(ValueError, match="max_seq_len >= 3072"):
+    with pytest.raises(ValueError, match="models 4x4x3 images, not 32x32x3"):  # its 2-D positions
         sample_images(tiny_image_model(), (32, 32, 3), 1)
     with pytest.raises(ValueError, match="prompt_rows"):
         images = np.zeros((1, 4, 4, 3), np.uint8)

@@ -479,14 +479,11 @@ def _attention_section(profile: Any) -> str:
     """The card's section on a translation model's attention (``attention.md`` / ``.png``)."""
     if profile is None:
         return ""
-    lead = (
-        f"How much of the source the model attends to. Its attention mapping is "
-        f"{profile.mapping}: the support of a target token is the number of source tokens with "
-        "non-zero weight (a softmax keeps all of them, a sparse mapping few). Teacher-forced on "
-        f"the references of the {profile.split} split; the picture is line {profile.line} as the "
-        "model translates it: darker = more attention, white = exactly zero. Measured with "
-        f"`{profile.command()}`."
-    )
+    lead = (f"How much of the source the model attends to ({profile.mapping}): the support of a "
+            "target token is the number of source tokens with non-zero weight (a softmax keeps "
+            f"all, a sparse mapping few), teacher-forced on the {profile.split} references. The "
+            f"picture is line {profile.line} as the model translates it: darker = more attention, "
+            f"white = exactly zero. Measured with `{profile.command()}`.")  # fmt: skip
     return _curve_section("Attention over the source", lead, "attention map of one sentence",
                           profile.text(), "attention.png")  # fmt: skip
 
