@@ -72,6 +72,7 @@ class HubServer:
         self.fail_next: dict[str, int] = {}  # endpoint name -> HTTP status to answer once
         self.requests: list[tuple[str, str]] = []
         self.ranges: list[str] = []  # Range headers of file downloads, in order
+        self.read_auth: list[str | None] = []  # Authorization headers of reads, in order
         self.cut_downloads: dict[str, list[int]] = {}  # file -> bytes sent before each drop
         self.tokens: dict[str, set[str] | None] = {"test-token": None}
         self._lock = threading.Lock()
@@ -193,6 +194,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             path, query = unquote(url.path), parse_qs(url.query)
             hub.requests.append((self.command, path))
+            hub.read_auth.append(self.headers.get("Authorization"))
             if m := api_repo.match(path):
                 return self._info(m.group(1), m.group(2) or "main")
             if (m := api_action.match(path)) and m.group(2) == "tree":

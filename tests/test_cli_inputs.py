@@ -233,6 +233,12 @@ def test_bad_data_sizes_are_one_line_errors(capsys, flag, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
+def test_a_trainer_setting_lightning_refuses_is_a_one_line_error(capsys):
+    code, _, err = run_zoo(capsys, "fit", "--config", str(RECIPE), "--trainer.max_time=00:00:8:00")
+    assert code == 2 and "Traceback" not in err
+    assert "the trainer settings:" in err and "not a valid duration" in err and "DD:HH:MM:SS" in err
+
+
 def test_pull_without_the_hub_says_what_the_shipped_copy_offers(capsys, monkeypatch):
     import huggingface_hub.constants as c
 

@@ -3,6 +3,7 @@
 import zoo
 zoo.list_models()
 model = zoo.create_model("transformer_lm_small")
+model = zoo.create_model("transformer_lm_small", pretrained=True)  # its published weights
 model.save_pretrained("out/")
 model = zoo.from_pretrained("out/")
 zoo.list_pretrained()                     # published checkpoints (checkpoints.yaml)
@@ -17,7 +18,7 @@ from typing import Any
 
 # `import zoo` loads nothing heavy (not even torch): each name below imports its module on first use
 _LAZY = {
-    "create_model": "zoo.models.registry",
+    "create_model": "zoo.pretrained",  # zoo.models.create_model, and pretrained=True
     "list_models": "zoo.models.registry",
     "from_pretrained": "zoo.pretrained",
     "list_pretrained": "zoo.hub.registry",

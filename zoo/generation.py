@@ -17,7 +17,7 @@ import torch
 from rich.progress import track
 from torch import Tensor, nn
 
-__all__ = ["filter_logits", "generate", "sample_images"]
+__all__ = ["filter_logits", "generate", "generate_like_transformers", "sample_images"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -52,6 +52,7 @@ def generate(
     truncate_prompt: bool = False,
     use_cache: bool = True,
     suppress_tokens: Sequence[int] = (),
+    eos_token_id: int | Sequence[int] | None = None,
     progress: bool = False,
 ) -> Tensor:
     """Sample ``max_new_tokens`` tokens after ``prompt``.
@@ -67,10 +68,13 @@ def generate(
         truncate_prompt: keep only the last ``max_seq_len`` prompt tokens instead of raising.
         use_cache: decode with the key/value cache (``False`` re-runs the whole window every step).
         suppress_tokens: ids never sampled (e.g. an image model's start token).
+        eos_token_id: id(s) that end a row: after one, the row repeats it, and decoding stops once
+            every row has ended (so fewer than ``max_new_tokens`` may be added).
         progress: show a progress bar (rich) over the new tokens.
 
     Returns:
-        ``(B, T + max_new_tokens)`` int64: the prompt followed by the sampled tokens.
+        ``(B, T + N)`` int64: the prompt followed by the ``N <= max_new_tokens`` sampled tokens
+        (``N = max_new_tokens`` without ``eos_token_id``).
 
     Raises:
         ValueError: an empty prompt, a prompt longer than ``max_seq_len`` (unless
@@ -96,6 +100,8 @@ def generate(
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
+    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    ended = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     seq = prompt
     cache = None
     step_input = seq  # what the next forward pass reads
@@ -120,9 +126,120 @@ def generate(
         else:
             logits = filter_logits(logits / temperature, top_k, top_p)
             next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+        if eos:
+            next_token = torch.where(ended[:, None], seq[:, -1:], next_token)  # ended: repeat EOS
+            ended |= torch.isin(next_token[:, 0], torch.tensor(eos, device=seq.device))
         seq = torch.cat([seq, next_token], dim=1)
         step_input = next_token
+        if eos and bool(ended.all()):
+            break
     return seq
+
+
+def _refuse(name: str, value: object, why: str) -> None:
+    from zoo.errors import ConfigError
+
+    raise ConfigError(f"generate: {name}={value!r} {why}")
+
+
+@torch.no_grad()
+def generate_like_transformers(
+    model: nn.Module,
+    input_ids: Tensor,
+    max_new_tokens: int | None = None,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    suppress_tokens: Sequence[int] | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """``model.generate`` of every zoo model, with the arguments of transformers'
+    ``GenerationMixin.generate`` where they mean the same (see that method for each).
+
+    A language model continues ``input_ids`` ``(B, T)`` int64 greedily (``do_sample=False``) or
+    by sampling (``temperature``, ``top_k``, ``top_p``, ``seed`` for a reproducible draw) through
+    :func:`generate`; ``max_new_tokens`` defaults to 20 and ``eos_token_id`` ends a row. It returns
+    ``(B, T + N)`` int64, the prompt first.
+
+    An encoder-decoder model translates the source ids ``input_ids`` ``(B, S)`` (padded with its
+    ``pad_id``) with beam search (``num_beams > 1``; ``length_penalty`` is the GNMT alpha of
+    :mod:`zoo.beam_search`) or greedy search (``num_beams=1``); both default to the registered
+    decoding of a published checkpoint, else the Transformer paper's (beam 4, alpha 0.6).
+    ``max_new_tokens`` caps the output (default: source length + 50). It returns ``(B, L)`` int64:
+    BOS, the tokens and EOS, padded with ``pad_id`` (what transformers returns); ``progress`` is
+    for language models.
+
+    Raises:
+        ConfigError: an argument the model's kind does not take (beams for a language model,
+            sampling for an encoder-decoder), ``do_sample`` with ``temperature <= 0``, or a value
+            out of range; ValueError: a prompt that does not fit (:func:`generate`).
+    """
+    if max_new_tokens is not None and max_new_tokens < 1:
+        _refuse("max_new_tokens", max_new_tokens, "adds nothing: pass 1 or more")
+    if input_ids.dtype != torch.long or input_ids.ndim != 2:
+        _refuse("input_ids", f"{input_ids.dtype} {tuple(input_ids.shape)}",
+                "is not token ids: pass a (batch, length) int64 tensor")  # fmt: skip
+    if getattr(model, "is_encoder_decoder", False):
+        return _translate_ids(
+            model, input_ids, max_new_tokens, do_sample, num_beams, length_penalty, eos_token_id
+        )
+    lm_decodes = ("is for encoder-decoder models: a language model here decodes greedily "
+                  "(do_sample=False) or by sampling (do_sample=True)")  # fmt: skip
+    if num_beams not in (None, 1):
+        _refuse("num_beams", num_beams, lm_decodes)
+    if length_penalty is not None:
+        _refuse("length_penalty", length_penalty, lm_decodes)
+    if do_sample and not temperature > 0:
+        _refuse("temperature", temperature, "must be > 0 to sample; do_sample=False is greedy")
+    device = next(model.parameters()).device
+    generator = None if seed is None else torch.Generator(device).manual_seed(seed)
+    return generate(
+        model, input_ids.to(device), 20 if max_new_tokens is None else max_new_tokens,
+        temperature=temperature if do_sample else 0.0, top_k=top_k if do_sample else None,
+        top_p=top_p if do_sample else None, generator=generator,
+        suppress_tokens=tuple(suppress_tokens or ()), eos_token_id=eos_token_id,
+        progress=progress,
+    )  # fmt: skip
+
+
+def _translate_ids(
+    model, src, max_new_tokens, do_sample, num_beams, length_penalty, eos_token_id
+) -> Tensor:
+    """The encoder-decoder half of :func:`generate_like_transformers`."""
+    from zoo.beam_search import beam_search, decoding_settings, greedy_search
+    from zoo.data.translation import BOS_ID, EOS_ID
+
+    if do_sample:
+        _refuse("do_sample", True, "is not implemented for encoder-decoder models: decode with "
+                "beam search (num_beams > 1) or greedily (num_beams=1)")  # fmt: skip
+    if eos_token_id is not None and eos_token_id != EOS_ID:
+        _refuse("eos_token_id", eos_token_id, f"differs from the tokenizer's </s> ({EOS_ID})")
+    lengths = {} if max_new_tokens is None else {"max_len_a": 0.0, "max_len_b": max_new_tokens}
+    settings = decoding_settings(
+        model, decoding=None if num_beams is None else ("greedy" if num_beams == 1 else "beam"),
+        beam_size=num_beams, alpha=length_penalty, **lengths,
+    )  # fmt: skip
+    src = src.to(next(model.parameters()).device)
+    kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=settings["max_len_a"],
+              max_len_b=settings["max_len_b"])  # fmt: skip
+    if settings["decoding"] == "greedy":
+        outs = greedy_search(model, src, **kw)
+    else:
+        best = beam_search(
+            model, src, beam_size=settings["beam_size"], alpha=settings["alpha"], **kw
+        )
+        outs = [hyps[0].tokens for hyps in best]
+    width = 1 + max(len(o) for o in outs)
+    out = torch.full((len(outs), width), model.config.pad_id, dtype=torch.long)
+    for row, tokens in enumerate(outs):
+        out[row, : 1 + len(tokens)] = torch.tensor([BOS_ID, *tokens])
+    return out
 
 
 @torch.no_grad()

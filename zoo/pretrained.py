@@ -24,6 +24,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import safetensors
 import safetensors.torch
@@ -42,11 +43,13 @@ from zoo.files import (
     explicit_path,
     verify_manifest,
 )
-from zoo.models.registry import get_model_class
+from zoo.models.registry import create_model as build_preset
+from zoo.models.registry import get_model_class, get_preset
 
 __all__ = [
     "LOAD_DTYPES",
     "checked_device_and_dtype",
+    "create_model",
     "device_problem",
     "find_checkpoint",
     "from_pretrained",
@@ -221,6 +224,8 @@ def from_pretrained(
     dtype: torch.dtype | None = None,
     cache_dir: str | os.PathLike | None = None,
     force_download: bool = False,
+    local_files_only: bool = False,
+    token: str | bool | None = None,
 ) -> nn.Module:
     """Load a pretrained model, in eval mode.
 
@@ -238,6 +243,9 @@ def from_pretrained(
             :data:`LOAD_DTYPES`.
         cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
         force_download: download again even if the files are cached or shipped.
+        local_files_only: never try the Hub: the shipped copy or the Hugging Face cache only
+            (``huggingface_hub``'s name; ``HF_HUB_OFFLINE=1`` does the same for every call).
+        token: a Hugging Face token for a private repo (default: the saved login, ``HF_TOKEN``).
 
     A retired published checkpoint loads as before, with one
     :class:`~zoo.errors.RetiredCheckpointWarning` naming the checkpoint to use instead.
@@ -253,7 +261,8 @@ def from_pretrained(
 
     Raises:
         ConfigError: a device this machine lacks or a dtype that is not floating-point
-            (checked before loading: :func:`checked_device_and_dtype`).
+            (checked before loading: :func:`checked_device_and_dtype`); ``force_download`` with
+            ``local_files_only``.
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
         ChecksumError: a file differs from its registered (or manifest) sha256; nothing is loaded.
         HubError: the Hub refused or is unreachable and nothing usable is cached.
@@ -261,6 +270,11 @@ def from_pretrained(
             tokenizer) that do not match the config.
     """
     device, dtype = checked_device_and_dtype(device, dtype)
+    if force_download and local_files_only:
+        raise ConfigError(
+            "from_pretrained: force_download=True downloads again and local_files_only=True "
+            "never downloads; pass one of them."
+        )
     local = explicit_path(name_or_path)
     if local is not None:
         if not local.is_dir():
@@ -274,8 +288,9 @@ def from_pretrained(
         from zoo.hub.download import resolve, warn_if_retired
 
         directory, entry = resolve(
-            name_or_path, revision, cache_dir=cache_dir, force_download=force_download
-        )
+            name_or_path, revision, cache_dir=cache_dir, force_download=force_download,
+            local_files_only=local_files_only, token=token,
+        )  # fmt: skip
         warn_if_retired(entry, stacklevel=2)  # at from_pretrained's caller
     unverified = entry is None and not verify_manifest(directory)  # published: checkpoints.yaml
     if unverified and (directory / CONFIG_NAME).is_file():
@@ -296,3 +311,44 @@ def from_pretrained(
     if device is not None or dtype is not None:
         model.to(device=device, dtype=dtype)
     return model.eval()
+
+
+def create_model(name: str, *, pretrained: bool = False, **overrides: Any) -> nn.Module:
+    """The preset ``name``, newly initialised with config fields replaced by ``overrides``
+    (:func:`zoo.models.create_model`), or with ``pretrained=True`` (timm's habit) the published
+    weights of its checkpoint: the ``checkpoints.yaml`` entry of that preset that is not retired,
+    loaded and verified by :func:`from_pretrained`. Either way the model is in training mode, as a
+    new ``nn.Module`` is.
+
+    Raises:
+        UnknownModelError: ``name`` is not a preset, or (``pretrained``) no current checkpoint has
+            that preset (the message names the presets that have one).
+        ConfigError: ``overrides`` with ``pretrained=True`` (the weights fix the config), several
+            current checkpoints of the preset (pass one of them to :func:`from_pretrained`), or
+            an override :func:`zoo.models.create_model` refuses.
+    """
+    if not pretrained:
+        return build_preset(name, **overrides)
+    get_preset(name)  # an unknown preset: UnknownModelError with close names
+    if overrides:
+        raise ConfigError(
+            f"create_model({name!r}, pretrained=True) takes no config overrides "
+            f"({', '.join(sorted(overrides))}): the published weights fix the config. Drop "
+            "pretrained=True to build a new model, or fine-tune with `zoo fit --model.init_from`."
+        )
+    from zoo.hub import load_registry
+
+    current = [e for e in load_registry().entries.values() if e.retired is None]
+    mine = sorted(e.name for e in current if e.model == name)
+    if not mine:
+        have = ", ".join(sorted({e.model for e in current}))
+        raise UnknownModelError(
+            f"the preset {name!r} has no published checkpoint, so pretrained=True has no weights "
+            f"to load. Presets with one: {have}."
+        )
+    if len(mine) > 1:
+        raise ConfigError(
+            f"the preset {name!r} has {len(mine)} published checkpoints ({', '.join(mine)}): "
+            "load the one you mean with zoo.from_pretrained(NAME)."
+        )
+    return from_pretrained(mine[0]).train()

@@ -16,7 +16,7 @@ for pattern in 1d 2d; do
   sed "s#runs/image_transformer/cifar10_$pattern#$OUT/$pattern#g" \
     "recipes/image_transformer/cifar10_$pattern.yaml" > "$OUT/$pattern.yaml"
   $ZOO fit --config "$OUT/$pattern.yaml" --trainer.max_steps "$STEPS" \
-    --trainer.max_time "00:00:$MINUTES:00" --trainer.val_check_interval "$STEPS" \
+    --trainer.max_time "$(printf '00:00:%02d:00' "$MINUTES")" --trainer.val_check_interval "$STEPS" \
     > "$OUT/$pattern.log" 2>&1
   printf '%s: %s steps; ' "$pattern" \
     "$(awk -F, 'NR > 1 && $2 != "" {s = $2} END {print s + 1}' "$OUT/$pattern/logs/version_0/metrics.csv")"

@@ -91,6 +91,35 @@ def test_offline_with_nothing_cached_says_what_to_do(published, hub, monkeypatch
         zoo.from_pretrained(NAME)
 
 
+def test_local_files_only_never_asks_the_hub(published, hub, tmp_path):
+    pin_revision(published, REPO_ID, push(published, REPO_ID))
+    keep = tmp_path / "keep"
+    shutil.copytree(published, keep)
+    shutil.rmtree(published)
+    asked = len(hub.requests)
+    with pytest.raises(
+        HubError, match="local_files_only=True was passed.*without local_files_only"
+    ):
+        zoo.from_pretrained(NAME, local_files_only=True)
+    assert len(hub.requests) == asked  # nothing was requested
+    pull(NAME)  # now cached
+    asked = len(hub.requests)
+    model = zoo.from_pretrained(NAME, local_files_only=True)
+    assert len(hub.requests) == asked
+    assert_same_weights(model, keep)
+    with pytest.raises(ConfigError, match="pass one of them"):
+        zoo.from_pretrained(NAME, local_files_only=True, force_download=True)
+
+
+def test_the_token_given_is_the_one_sent(published, hub, monkeypatch):
+    pin_revision(published, REPO_ID, push(published, REPO_ID))
+    shutil.rmtree(published)
+    monkeypatch.delenv("HF_TOKEN")
+    hub.read_auth.clear()
+    zoo.from_pretrained(NAME, token="reader-token")
+    assert hub.read_auth and set(hub.read_auth) == {"Bearer reader-token"}
+
+
 def test_a_wheel_without_network_fails_fast_and_names_no_shipped_copy(
     published, hub, registry, monkeypatch
 ):

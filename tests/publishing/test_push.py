@@ -68,7 +68,7 @@ def test_an_illegal_repo_id_is_a_one_line_error_before_anything_is_sent(
     from zoo.cli import main
     from zoo.publishing.push import checked_repo_id
 
-    module = importlib.import_module("zoo.publishing.push")  # the package's `push` is the function
+    module = importlib.import_module("zoo.hub.upload")
     monkeypatch.setattr(module, "HfApi", None)  # nothing may reach the Hub
     with pytest.raises(SystemExit) as e:
         main(["push", str(published), "--repo-id", repo_id])

@@ -10,6 +10,7 @@ from pathlib import Path
 from lightning.pytorch.cli import LightningCLI
 
 from zoo.callbacks import quiet_lightning_warnings
+from zoo.errors import ConfigError
 
 __all__ = ["ZooCLI", "packaged_recipes", "run_lightning", "with_packaged_config"]
 
@@ -94,7 +95,13 @@ class ZooCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         """The Trainer, with the integer limits kept and, where a progress bar is shown and the
-        config names none, :class:`~zoo.callbacks.StepProgressBar` (``Epoch 0``, ``step N/max``)."""
+        config names none, :class:`~zoo.callbacks.StepProgressBar` (``Epoch 0``, ``step N/max``).
+
+        Raises:
+            ConfigError: a value the Trainer refuses (Lightning's ``MisconfigurationException``,
+                e.g. ``--trainer.max_time 00:00:8:00``), in one line.
+        """
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
         from lightning.pytorch.callbacks import ProgressBar
 
         from zoo.callbacks import StepProgressBar
@@ -106,7 +113,10 @@ class ZooCLI(LightningCLI):
         shown = trainer.get("enable_progress_bar") is not False
         if shown and not any(isinstance(c, ProgressBar) for c in callbacks):
             kwargs.setdefault("callbacks", [*callbacks, StepProgressBar()])
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as e:
+            raise ConfigError(f"the trainer settings: {e}") from e
 
     def before_instantiate_classes(self) -> None:
         self._apply_run_dir()

@@ -185,13 +185,22 @@ def connect_problem(url: str, timeout: float | None = None) -> str | None:
         return f"{type(e).__name__}: {e}"
 
 
+def _offline_reason(local_files_only: bool) -> str | None:
+    """Why the Hub is not tried at all (``HF_HUB_OFFLINE``, ``local_files_only=True``), or None."""
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE=1 is set"
+    return "local_files_only=True was passed" if local_files_only else None
+
+
 def _download(
-    entry: CheckpointEntry, name: str, cache_dir, force_download: bool, hint: str = ""
-) -> Path:
+    entry: CheckpointEntry, name: str, cache_dir, force_download: bool, hint: str = "", *,
+    local_files_only: bool = False, token: str | bool | None = None,
+) -> Path:  # fmt: skip
     cached = try_to_load_from_cache(
         entry.repo_id, name, cache_dir=cache_dir, revision=entry.revision
     )
-    if not constants.HF_HUB_OFFLINE and (force_download or not isinstance(cached, str)):
+    offline = _offline_reason(local_files_only)
+    if offline is None and (force_download or not isinstance(cached, str)):
         problem = connect_problem(endpoint() or constants.ENDPOINT)
         if problem is not None:
             raise HubError(
@@ -207,15 +216,13 @@ def _download(
                 revision=entry.revision,
                 cache_dir=cache_dir,
                 force_download=force_download,
+                local_files_only=local_files_only,
+                token=token,
                 endpoint=endpoint(),
             )
         )
     except (LocalEntryNotFoundError, OfflineModeIsEnabled):
-        why = (
-            "HF_HUB_OFFLINE=1 is set"
-            if constants.HF_HUB_OFFLINE
-            else f"the Hub ({endpoint() or constants.ENDPOINT}) could not be reached"
-        )
+        why = offline or f"the Hub ({endpoint() or constants.ENDPOINT}) could not be reached"
         raise HubError(
             f"{entry.name}: {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
             f"{why}. {hint}"
@@ -263,10 +270,14 @@ def fetch(
     cache_dir: str | os.PathLike | None = None,
     force_download: bool = False,
     use_shipped: bool = True,
+    local_files_only: bool = False,
+    token: str | bool | None = None,
 ) -> Path:
     """A local directory holding ``files`` of ``entry``, each verified against its sha256.
 
     ``use_shipped=False`` skips the repository copy (``zoo pull`` fills the Hugging Face cache).
+    ``local_files_only`` and ``token`` are ``hf_hub_download``'s: the shipped copy or the cache
+    only, and the token to read a private repo with.
 
     Raises:
         ChecksumError: a downloaded file differs from the registry (it is evicted from the cache).
@@ -302,9 +313,16 @@ def fetch(
     # no shipped copy: the pinned revision, or (not pinned yet) the repo's default branch; every
     # file is checked against its registered sha256 either way
     directory = None
-    hint = _offline_hint(entry, registry, pulling=not use_shipped)
+    hint = (
+        "Call it without local_files_only=True where the Hub is reachable to download it."
+        if local_files_only and not constants.HF_HUB_OFFLINE
+        else _offline_hint(entry, registry, pulling=not use_shipped)
+    )
     for name in files:
-        path = _download(entry, name, cache_dir, force_download, hint)
+        path = _download(
+            entry, name, cache_dir, force_download, hint,
+            local_files_only=local_files_only, token=token,
+        )  # fmt: skip
         actual = sha256_file(path)
         expected = entry.files[name]["sha256"]
         if actual != expected:
@@ -355,13 +373,16 @@ def resolve(
     registry: Registry | None = None,
     cache_dir: str | os.PathLike | None = None,
     force_download: bool = False,
+    local_files_only: bool = False,
+    token: str | bool | None = None,
 ) -> tuple[Path, CheckpointEntry | None]:
     """The local directory for ``from_pretrained(name_or_path)`` and its registry entry (if any).
 
     ``name_or_path``: an existing directory; a registry name (``transformer_lm_small.pg19mini``, or
     the bare model name when it has one checkpoint); or a Hub repo id, ``"ns/name"`` or
     ``"ns/name@revision"``. A published repo id at its pinned revision (or none) is verified like
-    its name; at another revision it is loaded as any Hub repo, unverified.
+    its name; at another revision it is loaded as any Hub repo, unverified. ``local_files_only``
+    and ``token`` are passed to huggingface_hub (:func:`fetch`).
 
     Raises:
         UnknownModelError: not a directory, a registry name or a repo id (close names suggested).
@@ -395,12 +416,9 @@ def resolve(
         if revision not in (None, entry.revision):
             raise ConfigError(_pinned_message(entry, revision))
         fetched = fetch(
-            entry,
-            load_files(entry),
-            registry=registry,
-            cache_dir=cache_dir,
-            force_download=force_download,
-        )
+            entry, load_files(entry), registry=registry, cache_dir=cache_dir,
+            force_download=force_download, local_files_only=local_files_only, token=token,
+        )  # fmt: skip
         return fetched, entry
     if Path(name).is_dir():  # "runs/my_run": a repo id by its form, but a folder is here
         raise ConfigError(
@@ -408,12 +426,16 @@ def resolve(
             f"'./{name}' to use the folder (a path must look like one: ./, /, ~ or a trailing "
             "/), or run this elsewhere to load the Hub repo."
         )
-    return _unpublished_repo(name, revision, registry, cache_dir, force_download), None
+    return _unpublished_repo(
+        name, revision, registry, cache_dir, force_download,
+        local_files_only=local_files_only, token=token,
+    ), None  # fmt: skip
 
 
 def _unpublished_repo(
-    name: str, revision: str | None, registry: Registry, cache_dir, force_download: bool
-) -> Path:
+    name: str, revision: str | None, registry: Registry, cache_dir, force_download: bool, *,
+    local_files_only: bool = False, token: str | bool | None = None,
+) -> Path:  # fmt: skip
     """The snapshot of a Hub repo that is not published at this revision (unverified), with
     huggingface_hub's failures turned into one-line HubErrors."""
     try:
@@ -423,17 +445,15 @@ def _unpublished_repo(
             allow_patterns=list(LOAD_FILES + OPTIONAL_FILES),
             cache_dir=cache_dir,
             force_download=force_download,
+            local_files_only=local_files_only,
+            token=token,
             endpoint=endpoint(),
         )
     except (LocalEntryNotFoundError, OfflineModeIsEnabled):
+        why = _offline_reason(local_files_only) or "the Hub is unreachable"
         raise HubError(
-            f"{name} is not in the Hugging Face cache and "
-            + (
-                "HF_HUB_OFFLINE=1 is set."
-                if constants.HF_HUB_OFFLINE
-                else "the Hub is unreachable."
-            )
-            + f" Download it where the Hub is reachable (`zoo pull {name}`)."
+            f"{name} is not in the Hugging Face cache and {why}. Download it where the Hub is "
+            f"reachable (`zoo pull {name}`)."
         ) from None
     except RepositoryNotFoundError:
         raise HubError(

@@ -1,8 +1,8 @@
 """Pushing a published folder to the Hugging Face Hub, and pinning the pushed commit.
 
-``zoo push`` uploads a folder from ``zoo export`` (or exports a run first) in one commit with
-``HfApi.create_repo`` and ``upload_folder``; with ``update_registry`` the CLI pins the returned
-commit in ``checkpoints.yaml`` (:func:`pin_revision`).
+``zoo push`` uploads a folder from ``zoo export`` (or exports a run first) in one commit
+(:mod:`zoo.hub.upload`: ``HfApi.create_repo`` and ``upload_folder``); with ``update_registry``
+the CLI pins the returned commit in ``checkpoints.yaml`` (:func:`pin_revision`).
 """
 
 from __future__ import annotations
@@ -11,50 +11,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
-from huggingface_hub.utils import validate_repo_id
-
-from zoo.errors import CheckpointError, ConfigError, HubError
-from zoo.hub.download import endpoint, sha256_file
+from zoo.errors import CheckpointError, ConfigError
+from zoo.hub.download import sha256_file
 from zoo.hub.registry import load_registry
 from zoo.hub.schema import CheckpointEntry, Metric
+from zoo.hub.upload import checked_repo_id, upload_folder
 from zoo.publishing.export import PUBLISHED_FILES, export_run
 
 __all__ = ["checked_repo_id", "pin_revision", "push"]
-
-REPO_ID_RULE = (
-    "a Hub repo id is 'namespace/name' (or 'name'): letters, digits, '-', '_' and '.', not "
-    "starting or ending with '-' or '.', no '--' or '..', the name at most 96 characters"
-)
-
-
-def checked_repo_id(repo_id: str) -> str:
-    """``repo_id`` if the Hub accepts it (huggingface_hub's own ``validate_repo_id``).
-
-    Raises:
-        ConfigError: a one-line error naming the id and the rule.
-    """
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError:
-        raise ConfigError(
-            f"--repo-id {repo_id!r} is not a valid repo id: {REPO_ID_RULE} (e.g. "
-            "you/transformer_lm_small.pg19mini)"
-        ) from None
-    return repo_id
-
-
-def _refusal(e: HfHubHTTPError, repo_id: str) -> HubError:
-    status = e.response.status_code if e.response is not None else None
-    message = e.server_message or str(e).splitlines()[0]
-    hint = {
-        401: "No valid token was sent: set HF_TOKEN or run `hf auth login` with a write token.",
-        403: f"Your token cannot write to {repo_id}: use a token with write access to "
-        f"'{repo_id.split('/')[0]}', or push to your own namespace (--repo-id you/name).",
-        404: f"The repository {repo_id} does not exist or is not visible to your token.",
-    }.get(status or 0, "")
-    return HubError(f"the Hub refused the push to {repo_id}: {status} {message}. {hint}".strip())
 
 
 def push(
@@ -97,26 +61,14 @@ def push(
     missing = [f for f in ("config.json", "model.safetensors") if not (folder / f).is_file()]
     if missing:
         raise CheckpointError(f"{folder} lacks {missing}: export it with `zoo export` first.")
-    api = HfApi(endpoint=endpoint(), token=token)
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            revision=branch,
-            allow_patterns=list(PUBLISHED_FILES),
+        return upload_folder(
+            folder, repo_id, files=PUBLISHED_FILES, branch=branch, private=private, token=token,
             commit_message=commit_message or f"Upload {folder.name} with attention-zoo",
-        )
-    except LocalTokenNotFoundError:
-        raise HubError(
-            f"no Hugging Face token to push to {repo_id}: set HF_TOKEN or run `hf auth login`."
-        ) from None
-    except HfHubHTTPError as e:
-        raise _refusal(e, repo_id) from None
+        )  # fmt: skip
     finally:
         if tmp is not None:
             tmp.cleanup()
-    return info.oid
 
 
 def pin_revision(folder: str | os.PathLike, repo_id: str, revision: str) -> CheckpointEntry:
