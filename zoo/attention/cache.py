@@ -64,11 +64,24 @@ class LayerKVCache:
         return self._aux[name][:, :, :end]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search)."""
-        if self._k is not None and self._v is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
-        self._aux = {n: x.index_select(0, index) for n, x in self._aux.items()}
+        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search).
+
+        Only the ``seq_len`` filled positions are moved, in place when the batch keeps its size
+        (a beam search step), so a step costs what is cached, not the buffer's ``max_seq_len``.
+        """
+        S = self.seq_len
+        buffers = {"_k": self._k, "_v": self._v, **{f"aux:{n}": x for n, x in self._aux.items()}}
+        for name, x in buffers.items():
+            if x is None:
+                continue
+            if x.shape[0] == index.numel():
+                x[:, :, :S] = x[:, :, :S].index_select(0, index)
+            else:  # the batch changes size: a new buffer
+                x = x.index_select(0, index)
+            if name.startswith("aux:"):
+                self._aux[name[4:]] = x
+            else:
+                setattr(self, name, x)
 
 
 class KVCache:

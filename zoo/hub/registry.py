@@ -173,7 +173,8 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
     """
     path = Path(path) if path is not None else registry_path()
     try:
-        data = yaml.safe_load(path.read_text())
+        # libyaml's loader when PyYAML was built with it (the same data, faster), else Python's
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except FileNotFoundError:
         raise RegistryError(
             f"{path} does not exist. The registry ships inside the zoo package "
