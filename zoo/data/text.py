@@ -10,6 +10,9 @@ Corpora (``dataset=``) and their splits:
   90/5/5 % in order: a text set of its own, NOT comparable with published enwik8 numbers.
 - ``tinyshakespeare``: char-rnn's 1.1 MB file, split 90/5/5 % in order.
 - ``text_file``: any local UTF-8 (or binary) file given by ``path``, split 90/5/5 % in order.
+- ``files``: a corpus of one's own, ``data_files`` globs of text, JSON lines or parquet files
+  (``text_column``), read with ``datasets`` and split by whole documents
+  (:mod:`zoo.data.corpus_files`).
 
 The files are found as :mod:`zoo.data.sources` says (``data_dir``, else ``$ZOO_DATA_DIR``, then
 the download cache, filled from each set's public home when ``download=True``).
@@ -219,6 +222,8 @@ def load_byte_corpus(
     path: str | os.PathLike | None = None,
     download: bool = False,
     splits: Sequence[str] = ("train", "valid", "test"),
+    data_files: str | Sequence[str] | None = None,
+    text_column: str = "text",
 ) -> dict[str, list[bytes]]:
     """Documents of each requested split as raw bytes: ``{"train": [doc, ...], ...}``.
 
@@ -232,37 +237,26 @@ def load_byte_corpus(
     """
     if dataset == "pg19mini":
         return _pg19mini(data_dir, download, splits)
+    if dataset == "files":
+        from zoo.data.corpus_files import load_corpus_files  # lazily: datasets
+
+        return load_corpus_files(data_files or [], text_column=text_column, splits=splits)
     if dataset == "text_file":
         if path is None or not Path(path).is_file():
             raise DataNotFoundError(f"text_file: path={path!r} is not a file; pass path=<file>.")
         parts = _split_in_order(_single_file(dataset, Path(path), _read(Path(path))))
     elif dataset == "tinyshakespeare":
-        found = locate(
-            dataset,
-            ("input.txt",),
-            data_dir,
-            hint="Tiny Shakespeare is one 1.1 MB file.",
-            download=download,
-            source=(URLS[dataset], "input.txt"),
-        )
+        found = locate(dataset, ("input.txt",), data_dir, hint="Tiny Shakespeare is one 1.1 MB "
+                       "file.", download=download, source=(URLS[dataset], "input.txt"))  # fmt: skip
         parts = _split_in_order(_single_file(dataset, found, _read(found)))
     elif dataset == "enwik8":
-        found = locate(
-            dataset,
-            ("enwik8.zip", "enwik8"),
-            data_dir,
-            hint="enwik8.zip is 36 MB (100 MB unzipped).",
-            download=download,
-            source=(URLS[dataset], "enwik8.zip"),
-        )
+        found = locate(dataset, ("enwik8.zip", "enwik8"), data_dir,
+                       hint="enwik8.zip is 36 MB (100 MB unzipped).", download=download,
+                       source=(URLS[dataset], "enwik8.zip"))  # fmt: skip
         parts = split_enwik8(read_enwik8_zip(found))
     elif dataset == "enwik8_prefix":
-        found = locate(
-            "enwik8",
-            ("enwik8_prefix_4154399", "enwik8_prefix"),
-            data_dir,
-            hint="enwik8_prefix is a local-only set.",
-        )
+        found = locate("enwik8", ("enwik8_prefix_4154399", "enwik8_prefix"), data_dir,
+                       hint="enwik8_prefix is a local-only set.")  # fmt: skip
         parts = _split_in_order(_single_file(dataset, found, found.read_bytes()))
     else:
         raise ValueError(f"unknown byte-level dataset {dataset!r}")
@@ -275,10 +269,12 @@ class ByteTextDataModule(LightningDataModule):
 
     Args:
         dataset: one of ``pg19mini``, ``enwik8``, ``enwik8_prefix``, ``tinyshakespeare``,
-            ``text_file`` (see the module docstring for splits).
+            ``text_file``, ``files`` (see the module docstring for splits).
         data_dir: directory holding ``<dataset>/``, the only one searched when given (default:
             ``$ZOO_DATA_DIR``, then the download cache).
         path: the file for ``dataset="text_file"``.
+        data_files, text_column: for ``dataset="files"``: glob(s) of text, JSON lines or parquet
+            files, and the column holding the text (:mod:`zoo.data.corpus_files`).
         seq_len: window length; ``None`` uses the model's ``max_seq_len``.
         batch_size: training windows per batch.
         eval_batch_size: windows per evaluation batch (default: ``batch_size``).
@@ -311,7 +307,7 @@ class ByteTextDataModule(LightningDataModule):
     def __init__(
         self,
         dataset: Literal[
-            "pg19mini", "enwik8", "enwik8_prefix", "tinyshakespeare", "text_file"
+            "pg19mini", "enwik8", "enwik8_prefix", "tinyshakespeare", "text_file", "files"
         ] = "pg19mini",
         data_dir: str | None = None,
         path: str | None = None,
@@ -327,6 +323,8 @@ class ByteTextDataModule(LightningDataModule):
         seq_len_warmup_start: int = 256,
         seq_len_warmup_doubling: bool = True,
         extra_train: list[str] | None = None,
+        data_files: list[str] | str | None = None,
+        text_column: str = "text",
     ) -> None:
         super().__init__()
         require_positive(
@@ -351,6 +349,7 @@ class ByteTextDataModule(LightningDataModule):
         self.download, self.num_workers, self.seed = download, num_workers, seed
         self.prompts = prompts
         self.extra_train = list(extra_train or [])
+        self.corpus = {"data_files": data_files, "text_column": text_column}  # dataset="files"
         self.splits: dict[str, list[np.ndarray]] = {}
         self.tokenizer = ByteTokenizer()
 
@@ -428,7 +427,8 @@ class ByteTextDataModule(LightningDataModule):
 
     def prepare_data(self) -> None:  # download once (rank 0) before setup runs on every process
         if self.download:
-            load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path, download=True)
+            load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path, download=True,
+                             **self.corpus)  # fmt: skip
 
     def setup(self, stage: str | None = None) -> None:
         needed = {
@@ -439,13 +439,8 @@ class ByteTextDataModule(LightningDataModule):
         }.get(stage or "", ("train", "valid", "test"))
         missing = [s for s in needed if s not in self.splits]
         if missing:
-            docs = load_byte_corpus(
-                self.dataset,
-                data_dir=self.data_dir,
-                path=self.path,
-                download=self.download,
-                splits=missing,
-            )
+            docs = load_byte_corpus(self.dataset, data_dir=self.data_dir, path=self.path,
+                                    download=self.download, splits=missing, **self.corpus)  # fmt: skip
             if "train" in missing:
                 for extra in self.extra_train:
                     more = load_byte_corpus(extra, data_dir=self.data_dir, splits=("train",))
