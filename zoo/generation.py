@@ -11,6 +11,7 @@ Shape legend: B batch, T positions, V vocab_size.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -136,7 +137,7 @@ def generate(
     return seq
 
 
-def _refuse(name: str, value: object, why: str) -> None:
+def _refuse(name: str, value: object, why: str) -> NoReturn:
     from zoo.errors import ConfigError
 
     raise ConfigError(f"generate: {name}={value!r} {why}")
