@@ -93,4 +93,6 @@ def test_zoo_evaluate_attention_writes_the_profile_and_export_shows_it(tmp_path,
     with pytest.raises(SystemExit):
         main(["evaluate", str(tmp_path / "lm"), "--attention", "--dataset", "multi30k",
               "--data-dir", str(data_dir)])  # fmt: skip
-    assert "is a language model" in capsys.readouterr().err  # one line, from load_model
+    err = capsys.readouterr().err  # one line, from load_model
+    assert "is a language model: --attention measures a translation model's" in err
+    assert "--by-context" in err and "zoo generate" not in err

@@ -85,14 +85,17 @@ TASK_COMMANDS = {
 }
 
 
-def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
+def load_model(
+    checkpoint: str, device: str = "cpu", task: str = "CausalLM", wrong_kind: str | None = None
+):
     """A model in eval mode from a Lightning ``.ckpt`` of ``zoo.tasks.<task>`` (``CausalLM``,
     ``ImageLM`` or ``Translation``) or anything :func:`zoo.from_pretrained` takes (published name,
     Hub repo id, pretrained directory).
 
     Raises:
         CheckpointError: a missing or unreadable ``.ckpt``, or a model of the wrong kind (a
-            language model given to ``zoo translate``, or a translation model to ``zoo generate``).
+            language model given to ``zoo translate``, or a translation model to ``zoo generate``):
+            the message names the command for its kind, or says ``wrong_kind`` when given.
     """
     from zoo import tasks
     from zoo.errors import CheckpointError
@@ -110,17 +113,16 @@ def load_model(checkpoint: str, device: str = "cpu", task: str = "CausalLM"):
         except Exception as e:
             saved = getattr(checkpoint_task(path), "__name__", None)
             if saved in TASK_COMMANDS and saved != task:
-                raise CheckpointError(
-                    f"{checkpoint} is a checkpoint of {saved}, {TASK_COMMANDS[saved]}."
-                ) from None
+                use = wrong_kind or TASK_COMMANDS[saved]
+                raise CheckpointError(f"{checkpoint} is a checkpoint of {saved}, {use}.") from None
             raise CheckpointError(
                 f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
             ) from None
         model = module.model.eval()
     seq2seq = getattr(model, "is_encoder_decoder", False)
     if seq2seq != (task == "Translation"):
+        use = wrong_kind or f"use `zoo {'translate' if seq2seq else 'generate'}`"
         raise CheckpointError(
-            f"{checkpoint} is {'a translation' if seq2seq else 'a language'} model: use "
-            f"`zoo {'translate' if seq2seq else 'generate'}`."
+            f"{checkpoint} is {'a translation' if seq2seq else 'a language'} model: {use}."
         )
     return model

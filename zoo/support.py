@@ -168,7 +168,11 @@ def attention_profile(
 
     if split not in ("valid", "test"):
         raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
-    model = source if isinstance(source, nn.Module) else load_model(source, task="Translation")
+    not_translation = ("--attention measures a translation model's attention over its source; "
+                       "a language model's use of context is --by-position, --by-context or "
+                       "--probe copy")  # fmt: skip
+    model = (source if isinstance(source, nn.Module)
+             else load_model(source, task="Translation", wrong_kind=not_translation))  # fmt: skip
     model = model.eval()
     if not hasattr(model, "attention_weights"):
         raise ValueError(f"{type(model).__name__} is not a translation model: --attention "
