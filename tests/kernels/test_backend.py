@@ -67,7 +67,7 @@ def test_a_bad_value_is_one_clear_error(gpu, monkeypatch):
     gpu(9, 0)
     monkeypatch.setenv("ZOO_ATTENTION_BACKEND", "cuda")
     with pytest.raises(
-        ValueError, match="ZOO_ATTENTION_BACKEND='cuda' is not one of auto, triton, torch"
+        ValueError, match="ZOO_ATTENTION_BACKEND='cuda' is not one of auto, triton, flex, torch"
     ):
         kernels.use_triton(CUDA)
 
@@ -83,7 +83,7 @@ def test_asking_for_triton_without_it_installed_is_an_error(gpu, monkeypatch):
 
 
 def test_the_ops_follow_the_choice(gpu, monkeypatch):
-    """The public op calls the kernel exactly when use_triton says so."""
+    """The public op calls the kernel exactly when choose says so."""
     from zoo.kernels import triton_block_sparse
 
     calls = []
@@ -92,7 +92,7 @@ def test_the_ops_follow_the_choice(gpu, monkeypatch):
     )
     q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
     layout = torch.ones(2, 2, dtype=torch.bool)
-    for choice in (False, True):
-        monkeypatch.setattr(kernels, "use_triton", lambda x, choice=choice: choice)
+    for choice in ("torch", "triton"):
+        monkeypatch.setattr(kernels, "choose", lambda op, x, choice=choice: choice)
         kernels.block_sparse_attention(q, k, v, layout, 16)
     assert calls == [1]

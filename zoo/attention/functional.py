@@ -25,7 +25,9 @@ masked computation, :func:`masked_attention`, up to float rounding):
                 al. 2018, §3.2) and runs densely (:mod:`zoo.attention.gathered`)
 ``block_sparse`` any other pattern (and strided ``A1`` and fixed off the CPU):
                 :func:`zoo.kernels.block_sparse_attention` over its block layout (Triton on
-                CUDA, its PyTorch path elsewhere)
+                CUDA, its PyTorch path elsewhere); under ``ZOO_ATTENTION_BACKEND=flex`` every
+                pattern over a whole sequence without segment ids or relative positions comes
+                here, and FlexAttention runs it as a ``BlockMask`` (:mod:`zoo.kernels.flex`)
 ``clusters``    content routing's clusters (``clusters=(q_idx, k_idx)``, Roy et al. 2020, Algorithm
                 1): causal attention among each cluster's members, outputs averaged over the
                 clusters a token joined (:func:`zoo.kernels.routing_attention`)
@@ -62,6 +64,7 @@ from zoo.attention.patterns import AttentionPattern
 from zoo.kernels import (
     BlockSparsePlan,
     block_sparse_attention,
+    requested,
     routing_attention,
     run_window_attention,
     sdpa,
@@ -82,7 +85,14 @@ __all__ = [
 ]
 
 Route = Literal[
-    "dense", "columns", "local", "segments", "gathered", "block_sparse", "clusters", "decode",
+    "dense",
+    "columns",
+    "local",
+    "segments",
+    "gathered",
+    "block_sparse",
+    "clusters",
+    "decode",
     "materialised",
 ]
 MAX_PLANS = 32  # block-sparse / gathered plans kept (one per pattern, length, heads, device)
@@ -96,15 +106,20 @@ def route(
     past: int = 0,
     mapping: MappingName = "softmax",
     device_type: str = "cpu",
+    flex: bool = False,
 ) -> Route:
     """The route :func:`attend` takes for ``pattern`` (``None``: every key) after ``past`` cached
-    positions, with ``mapping``, for tensors on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
+    positions, with ``mapping``, for tensors on ``device_type`` (``"cpu"``, ``"cuda"``, ...).
+    ``flex``: FlexAttention is requested (``ZOO_ATTENTION_BACKEND=flex``), so every pattern over
+    a whole sequence takes the block-sparse op, which runs it as a ``BlockMask``."""
     if mapping != "softmax":
         return "materialised"
     if pattern is None or pattern.kind == "causal":
         return "dense"
     if past:
         return "decode"
+    if flex:
+        return "block_sparse"
     if pattern.kind == "strided" and pattern.param("component") == 2:
         return "columns"
     if pattern.kind == "local":
@@ -170,7 +185,8 @@ def attend(
         if pattern is not None or past or mapping != "softmax" or dropout_p:
             raise ValueError("clusters take no pattern, cache, other mapping or dropout")
         return routing_attention(q, k, v, *clusters)
-    r = route(pattern, past=past, mapping=mapping, device_type=q.device.type)
+    flex = segments is None and relative is None and positions is None and requested() == "flex"
+    r = route(pattern, past=past, mapping=mapping, device_type=q.device.type, flex=flex)
     if dropout_p and r != "dense":
         raise ValueError(f"attention dropout is supported on the dense route only, not {r!r}")
     if key_padding_mask is not None and r not in ("dense", "materialised"):
@@ -202,8 +218,8 @@ def attend(
                                positions=positions, relative=relative)  # fmt: skip
     if r == "segments":
         return segment_attention(q, k, v, pattern.param("stride"), _summary(pattern, q.shape[1]))
-    plan = _plan(pattern, q.shape[2], q.shape[1], block_size, q.device)
-    if r == "gathered":
+    plan = _plan(pattern, q.shape[2], q.shape[1], block_size, q.device, gathered=r == "gathered")
+    if isinstance(plan, GatheredPlan):
         return gathered_attention(q, k, v, plan)
     return block_sparse_attention(q, k, v, plan)
 
@@ -239,15 +255,22 @@ def _allowed(
 
 
 def _plan(
-    pattern: AttentionPattern, T: int, n_heads: int, block_size: int, device: torch.device
+    pattern: AttentionPattern,
+    T: int,
+    n_heads: int,
+    block_size: int,
+    device: torch.device,
+    *,
+    gathered: bool = False,
 ) -> BlockSparsePlan | GatheredPlan:
-    """The plan of ``pattern`` at length ``T``, built once (the ``MAX_PLANS`` most recently used
-    are kept: prefills of many prompt lengths would otherwise pile up)."""
-    key = (pattern, T, n_heads if pattern.per_head else 1, block_size, str(device))
+    """The plan of ``pattern`` at length ``T`` (``gathered``: the Image Transformer patterns'
+    gathered plan, else a block-sparse one), built once (the ``MAX_PLANS`` most recently used are
+    kept: prefills of many prompt lengths would otherwise pile up)."""
+    key = (pattern, T, n_heads if pattern.per_head else 1, block_size, str(device), gathered)
     if key in _PLANS:
         _PLANS.move_to_end(key)
         return _PLANS[key]
-    if pattern.kind in ("local_1d", "local_2d"):
+    if gathered:
         plan: BlockSparsePlan | GatheredPlan = GatheredPlan.build(pattern, T, device)
     else:
         layout = pattern.layout(T, block_size, n_heads).to(device)
