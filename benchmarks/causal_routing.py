@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from benchmarks.harness import machine
 from zoo.attention import functional
-from zoo.data.text import load_byte_corpus
+from zoo.data.byte_corpora import load_byte_corpus
 from zoo.errors import DataNotFoundError, SequenceTooLongError
 from zoo.pretrained import from_pretrained
 

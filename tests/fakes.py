@@ -68,7 +68,7 @@ def word_salad(n: int, seed: int) -> bytes:
 def pg19mini_test_books(root: Path, sizes: tuple[int, int, int]) -> Path:
     """``root`` as a data directory whose pg19mini test split is three books of ``sizes`` bytes
     (found before $ZOO_DATA_DIR when passed as ``data_dir``); returns ``root``."""
-    from zoo.data.text import PG19MINI_TEST
+    from zoo.data.byte_corpora import PG19MINI_TEST
 
     (root / "pg19mini").mkdir(parents=True)
     for seed, (ebook, size) in enumerate(zip(PG19MINI_TEST, sizes, strict=True)):

@@ -12,7 +12,7 @@ from fakes import pg19mini_test_books
 
 import zoo
 from zoo.cli import main
-from zoo.data.text import EmptyDataWarning
+from zoo.data.byte_corpora import EmptyDataWarning
 from zoo.errors import ConfigError, DataNotFoundError
 from zoo.evaluation import evaluate
 

@@ -99,14 +99,14 @@ def evaluate(
         data_dir: the directory holding ``<dataset>/``, the only one searched when given
             (default: ``$ZOO_DATA_DIR``, then the download cache).
         text_file: instead of ``dataset``: any local text file (``.gz`` read as gzip), split in
-            order 90/5/5 % (``dataset="text_file"``, :mod:`zoo.data.text`); ``split`` picks the
+            order 90/5/5 % (``dataset="text_file"``, :mod:`zoo.data.byte_corpora`); ``split`` picks the
             last 5 % (``test``) or the 5 % before it (``valid``). For text no recipe trains on,
             e.g. a book outside pg19mini.
 
     Returns:
         a :class:`~zoo.hub.schema.Metric` (``value`` in bits per byte) with the bytes scored.
         Empty documents (zero-byte files) score nothing and warn
-        (:class:`~zoo.data.text.EmptyDataWarning`).
+        (:class:`~zoo.data.byte_corpora.EmptyDataWarning`).
 
     Raises:
         ConfigError: an unknown split, ``windows``, ``first_bytes`` or ``batch_size`` below 1;

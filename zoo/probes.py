@@ -159,8 +159,8 @@ def _documents(n, dataset, split, text_file, data_dir) -> list[bytes]:
                 f"model's context ({n:,} bytes)"
             )
         return [data]
+    from zoo.data.byte_corpora import load_byte_corpus
     from zoo.data.images import IMAGE_DATASETS
-    from zoo.data.text import load_byte_corpus
     from zoo.data.translation import EVAL_SPLITS
 
     if split not in ("valid", "test"):

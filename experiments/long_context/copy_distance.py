@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     from rich.console import Console
     from rich.progress import track
 
-    from zoo.data.text import load_byte_corpus
+    from zoo.data.byte_corpora import load_byte_corpus
 
     docs = load_byte_corpus(ns.dataset, data_dir=ns.data_dir, splits=(ns.split,))[ns.split]
     rows = [(n, shares(docs, n)) for n in track(ns.n, description="matching", transient=True)]

@@ -46,7 +46,7 @@ from torch import nn
 
 from zoo.attention import RoutingSelfAttention
 from zoo.attention.kmeans import SphericalKMeans
-from zoo.data.text import load_byte_corpus
+from zoo.data.byte_corpora import load_byte_corpus
 from zoo.data.windows import RandomWindows
 from zoo.errors import ZooError
 

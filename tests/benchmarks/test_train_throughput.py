@@ -126,7 +126,7 @@ def test_text_rows_train_on_a_new_window_of_the_data_each_step():
     step()
     first, second = seen
     assert first.shape == (2, 16) and not torch.equal(first, second)
-    from zoo.data.text import load_byte_corpus
+    from zoo.data.byte_corpora import load_byte_corpus
 
     text = b"".join(load_byte_corpus("tinyshakespeare", splits=["train"])["train"])
     assert bytes(first[0].tolist()) in text  # windows of the real training text

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from zoo.data import ByteTextDataModule
 from zoo.data.corpus_files import load_corpus_files, split_documents
@@ -125,3 +126,98 @@ def test_the_fine_tuning_recipe_trains_a_published_model_on_a_folder_of_text(cap
     saved = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)
     assert saved["global_step"] == 2
     assert saved["hyper_parameters"]["init_from"] == "transformer_lm_small.pg19mini"
+
+
+# --- streaming (a corpus larger than memory) ------------------------------------------------------
+
+
+def marked_books(folder: Path, n: int) -> dict[bytes, bytes]:
+    """``n`` text files, each its own marker ``<doc017>`` repeated; ``{marker: bytes}``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for i in range(n):
+        marker = f"<doc{i:03d}>".encode()
+        (folder / f"{i:03d}.txt").write_bytes(marker * (3 + i % 5))
+        out[marker] = marker * (3 + i % 5)
+    return out
+
+
+def test_document_split_is_a_seeded_hash_of_the_bytes():
+    from zoo.data.corpus_files import document_split
+
+    docs = [f"document {i}".encode() for i in range(4000)]
+    splits = [document_split(d, seed=0) for d in docs]
+    assert splits == [document_split(d, seed=0) for d in docs]  # deterministic
+    assert splits != [document_split(d, seed=1) for d in docs]  # the seed matters
+    for name in ("valid", "test"):
+        assert 0.04 < splits.count(name) / len(docs) < 0.06  # 5% each, in expectation
+
+
+def test_streaming_holds_out_by_hash_and_trains_on_an_endless_stream_of_the_rest(tmp_path):
+    from zoo.data.corpus_files import StreamedDocuments, document_split
+
+    books_ = marked_books(tmp_path / "books", 80)
+    dm = ByteTextDataModule(dataset="files", data_files=str(tmp_path / "books" / "*.txt"),
+                            seq_len=16, batch_size=4, streaming=True)  # fmt: skip
+    dm.setup("fit")
+    dm.setup("test")
+    assert isinstance(dm.splits["train"], StreamedDocuments)
+    held = {s: sorted(bytes(d) for d in dm.splits[s]) for s in ("valid", "test")}
+    for s in ("valid", "test"):
+        assert held[s] == sorted(d for d in books_.values() if document_split(d) == s) != []
+    train = {m for m, d in books_.items() if document_split(d) == "train"}
+    seen, batches = set(), iter(dm.train_dataloader())
+    total = sum(len(books_[m]) for m in train)
+    for _ in range(2 * total // (4 * 16) + 2):  # past the end of the first pass: it goes on
+        x, y = next(batches)
+        assert x.shape == y.shape == (4, 16) and x.dtype == torch.int64
+        assert torch.equal(x[:, 1:], y[:, :-1])
+        text = bytes(x.flatten().tolist()) + bytes(y[:, -1].tolist())
+        seen |= {m for m in books_ if m in text}
+    assert seen == train  # every training document, and no held-out one
+
+
+def test_a_resumed_stream_goes_on_where_it_stopped(tmp_path):
+    from zoo.data.corpus_files import StreamedWindows
+
+    marked_books(tmp_path / "books", 40)
+    dm = ByteTextDataModule(dataset="files", data_files=str(tmp_path / "books" / "*.txt"),
+                            seq_len=8, streaming=True)  # fmt: skip
+    dm.setup("fit")
+    from itertools import islice
+
+    first = [x for x, _ in islice(StreamedWindows(dm.splits["train"], 8), 12)]
+    later = [x for x, _ in islice(StreamedWindows(dm.splits["train"], 8, skip=5), 7)]
+    assert all(torch.equal(a, b) for a, b in zip(first[5:], later, strict=True))
+
+
+def test_streaming_asks_for_what_an_endless_stream_needs(tmp_path):
+    from types import SimpleNamespace
+
+    marked_books(tmp_path / "books", 40)
+    with pytest.raises(ConfigError, match="streaming=True reads dataset='files' alone"):
+        ByteTextDataModule(dataset="pg19mini", streaming=True)
+    dm = ByteTextDataModule(dataset="files", data_files=str(tmp_path / "books" / "*.txt"),
+                            seq_len=8, streaming=True)  # fmt: skip
+    dm.setup("fit")
+    dm.trainer = SimpleNamespace(val_check_interval=1.0, limit_val_batches=1.0, global_step=0,
+                                 accumulate_grad_batches=1)  # fmt: skip
+    with pytest.raises(ConfigError, match="--trainer.val_check_interval 500"):
+        dm.train_dataloader()
+
+
+def test_zoo_fit_streams_a_folder_of_text(capsys, tmp_path):
+    from test_cli_inputs import run_zoo
+
+    marked_books(tmp_path / "books", 60)
+    code, _, err = run_zoo(
+        capsys, "fit", "--config", str(REPO / "recipes/transformer_lm/finetune_text_files.yaml"),
+        f"--data.init_args.data_files={tmp_path}/books/*.txt", "--data.init_args.streaming=true",
+        f"--run_dir={tmp_path}/run", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+        "--trainer.limit_val_batches=1", "--data.init_args.batch_size=2",
+        "--trainer.enable_progress_bar=false", "--trainer.check_val_every_n_epoch=null",
+    )  # fmt: skip
+    assert code == 0, err
+    assert (
+        torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)["global_step"] == 3
+    )

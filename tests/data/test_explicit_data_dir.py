@@ -4,9 +4,9 @@ directory, instead of reading ``$ZOO_DATA_DIR`` quietly."""
 
 import pytest
 
+from zoo.data.byte_corpora import load_byte_corpus
 from zoo.data.images import load_images
 from zoo.data.sources import search_dirs
-from zoo.data.text import load_byte_corpus
 from zoo.data.translation import load_pairs
 from zoo.errors import DataNotFoundError
 

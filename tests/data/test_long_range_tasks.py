@@ -13,9 +13,9 @@ from torch import nn
 
 from zoo.cli import main
 from zoo.data import LongRangeTaskDataModule, task_accuracy_by_distance
+from zoo.data.byte_corpora import PG19MINI_TEST, PG19MINI_TRAIN, PG19MINI_VALID
 from zoo.data.long_range import FreshOrder
 from zoo.data.long_range_tasks import KEYS, LETTERS, VALUES
-from zoo.data.text import PG19MINI_TEST, PG19MINI_TRAIN, PG19MINI_VALID
 from zoo.errors import ConfigError
 from zoo.tasks import CausalLM
 

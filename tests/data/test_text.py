@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.data.text import (
+from zoo.data.byte_corpora import (
     PG19MINI_TEST,
     PG19MINI_TRAIN,
     PG19MINI_VALID,
-    ByteTextDataModule,
-    ByteTokenizer,
     load_byte_corpus,
     read_enwik8_zip,
     split_enwik8,
 )
+from zoo.data.text import ByteTextDataModule, ByteTokenizer
 from zoo.data.windows import EvalWindows, RandomWindows
 from zoo.errors import DataNotFoundError
 
@@ -177,12 +176,12 @@ def http_server(tmp_path):
 
 
 def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
-    from zoo.data import sources, text
+    from zoo.data import byte_corpora, sources
 
     root, url = http_server
     (root / "input.txt").write_bytes(b"ROMEO: " * 1000)
     monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
-    monkeypatch.setitem(text.URLS, "tinyshakespeare", f"{url}/input.txt")
+    monkeypatch.setitem(byte_corpora.URLS, "tinyshakespeare", f"{url}/input.txt")
     with pytest.raises(DataNotFoundError):  # off by default: nothing leaves the machine unasked
         load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none")
     parts = load_byte_corpus("tinyshakespeare", data_dir=tmp_path / "none", download=True)
@@ -200,11 +199,11 @@ def test_download_from_the_public_home(http_server, tmp_path, monkeypatch):
 
 
 def test_failed_download_leaves_nothing_behind(http_server, tmp_path, monkeypatch):
-    from zoo.data import sources, text
+    from zoo.data import byte_corpora, sources
 
     _, url = http_server
     monkeypatch.delenv("ZOO_DATA_DIR", raising=False)
-    monkeypatch.setitem(text.URLS, "enwik8", f"{url}/missing/enwik8.zip")
+    monkeypatch.setitem(byte_corpora.URLS, "enwik8", f"{url}/missing/enwik8.zip")
     with pytest.raises(DataNotFoundError, match="could not download .*missing/enwik8.zip"):
         load_byte_corpus("enwik8", data_dir=tmp_path / "none", download=True)
     folder = sources.cache_dir() / "enwik8"

@@ -24,7 +24,7 @@ def evaluate_main(args: list[str]) -> None:
     _check_flags(parser, ns)
     quiet_lightning_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
-    from zoo.data.text import EmptyDataWarning
+    from zoo.data.byte_corpora import EmptyDataWarning
 
     with one_line_warnings("zoo evaluate", EmptyDataWarning):
         _evaluate(ns)

@@ -1,8 +1,9 @@
 """LightningDataModules shared by every family."""
 
+from zoo.data.byte_corpora import load_byte_corpus
 from zoo.data.images import ImageDataModule
 from zoo.data.long_range import LongRangeTaskDataModule, TaskAccuracy, task_accuracy_by_distance
-from zoo.data.text import ByteTextDataModule, ByteTokenizer, load_byte_corpus
+from zoo.data.text import ByteTextDataModule, ByteTokenizer
 from zoo.data.translation import TranslationDataModule
 
 __all__ = [

@@ -21,8 +21,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.config import require_positive
+from zoo.data.byte_corpora import load_byte_corpus
 from zoo.data.long_range_tasks import SPLIT_STREAM, LongRangeTask, TaskExamples
-from zoo.data.text import load_byte_corpus
 from zoo.data.windows import EvalWindows, ResumableLoader, samples_done
 from zoo.errors import ConfigError
 

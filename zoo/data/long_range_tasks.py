@@ -23,7 +23,7 @@ copy probe's convention, :mod:`zoo.probes`).
   own alphabet written at ``p`` and again at ``p + d``. Scored: the second copy's bytes after its
   first ``cue`` (the cue locates the first copy; the filler alone cannot).
 - ``task="pg19_repeats"``: language modelling with retrieval opportunities. Training windows of
-  pg19mini's training books (read by :func:`zoo.data.text.load_byte_corpus`, as
+  pg19mini's training books (read by :func:`zoo.data.byte_corpora.load_byte_corpus`, as
   :class:`~zoo.data.ByteTextDataModule` reads them); with probability ``rate`` a window gets
   ``n_pairs`` planted repeats, each a span of ``span`` random letters (the copy probe's kind) or
   bytes written twice. Every target is scored, as in plain language modelling. Validation and test
