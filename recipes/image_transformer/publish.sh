@@ -6,7 +6,7 @@
 #   2. a grid of 8 samples and 8 half-image completions (`zoo sample`, temperature 1.0, seed 0);
 #   3. zoo export --register into checkpoints/NAME, zoo bench, and the README's table.
 #
-#   recipes/image_transformer/publish.sh image_transformer_cifar10_1d.cifar10
+#   recipes/image_transformer/publish.sh image_transformer_cifar10_1d_rotary.cifar10
 #   SKIP_FIT=1 recipes/image_transformer/publish.sh NAME      # after the run, for the rest
 set -euo pipefail
 NAME=${1:?usage: publish.sh NAME (the name of a recipe in recipes/image_transformer/)}

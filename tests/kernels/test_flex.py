@@ -13,7 +13,6 @@ from zoo.kernels import BlockSparsePlan, flex, masked_attention_ref, routing_att
 from zoo.attention.functional import attend, route
 from zoo.attention.patterns import fixed, local, local_1d, local_2d, strided
 
-
 PATTERNS = [
     strided(8),
     strided(8, component=2),

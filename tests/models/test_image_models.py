@@ -96,6 +96,22 @@ def test_coordinates_are_row_and_column_sinusoids():
     assert torch.equal(pe[t, :half], pe[5 * 96, :half])  # same row, another column
 
 
+def test_rotary_positions_turn_queries_and_keys_and_decode_like_the_full_forward():
+    """position="rotary": no position table, every layer's attention rotates, and decoding one
+    sub-pixel at a time with the cache gives the full forward's logits."""
+    from zoo import create_model
+
+    model = create_model("image_transformer_tiny", position="rotary").eval()
+    assert not hasattr(model, "pos_table")
+    assert all(b.attention.rotary is not None for b in model.blocks)
+    ids = torch.randint(0, 256, (2, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.init_cache(2)
+        steps = torch.cat([model(ids[:, i : i + 1], cache) for i in range(48)], 1)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -14,7 +14,9 @@ the Image Transformer is the attention and the positions:
   attend to their block extended ``memory_height`` rows up and ``memory_width`` columns each side;
 - coordinate encodings (§3.1): sinusoids of the row in half the channels of ``d_model`` and of the
   column-and-channel (the sub-pixel's index within its row) in the other half.
-  ``position="learned"`` / ``"sinusoidal"`` are the plain Transformer's choices.
+  ``position="learned"`` / ``"sinusoidal"`` are the plain Transformer's choices, and
+  ``"rotary"`` (RoFormer, Su et al. 2021) turns queries and keys instead of adding encodings: the
+  zoo's fix for absolute positions that stall long windows (docs/images.md).
 
 Position ``t`` of the input holds sub-pixel ``t - 1`` (or the start token) and predicts sub-pixel
 ``t``; its coordinates are those of sub-pixel ``t``.
@@ -58,7 +60,7 @@ class ImageTransformerConfig(TransformerConfig):
     query_width: int = 24  # local_2d: query block columns, in sub-pixels (8 RGB pixels)
     memory_height: int = 4  # local_2d: memory rows above the block
     memory_width: int = 24  # local_2d: memory columns left and right of the block
-    position: Literal["coordinates", "learned", "sinusoidal"] = "coordinates"
+    position: Literal["coordinates", "learned", "sinusoidal", "rotary"] = "coordinates"
     scale_embeddings: bool = True  # sqrt(d_model): unit-variance tokens beside unit sinusoids
     tie_weights: bool = False  # tied, the input sub-pixel dominates the initial logits (13.6 nats)
     block_size: int = 32  # block edge of the block-sparse layout (work, not semantics)
@@ -152,8 +154,9 @@ class ImageTransformerLM(TransformerLM):
     def build_attention(self, layer: int) -> nn.Module:
         c = self.config
         return SparseSelfAttention(
-            c.d_model, [HeadGroup(c.n_heads, c.pattern())], c.block_size, bias=c.bias
-        )
+            c.d_model, [HeadGroup(c.n_heads, c.pattern())], c.block_size, bias=c.bias,
+            rotary=c.position == "rotary",
+        )  # fmt: skip
 
     def build_positions(self) -> None:
         c = self.config
@@ -197,6 +200,15 @@ register_preset(
     ImageTransformerLM,
     ImageTransformerConfig(**_CIFAR10, attention="local_1d", query_block=256, memory=256),
     "CIFAR-10, local 1-D attention (query blocks 256, memory 256), 4 layers, d=256",
+)
+register_preset(
+    "image_transformer_cifar10_1d_rotary",
+    ImageTransformerLM,
+    ImageTransformerConfig(
+        **_CIFAR10, attention="local_1d", query_block=256, memory=256, position="rotary"
+    ),  # fmt: skip
+    "CIFAR-10, local 1-D attention (query blocks 256, memory 256) with rotary positions instead "
+    "of the paper's coordinate encodings (they stall training, docs/images.md), 4 layers, d=256",
 )
 register_preset(
     "image_transformer_cifar10_2d",
