@@ -301,7 +301,7 @@ def test_cpu_tensors_take_the_pytorch_path(monkeypatch):
 def test_dispatch_sends_supported_inputs_to_the_kernels(monkeypatch):
     """With the Triton path switched on (as on CUDA), the public ops return the kernels' results:
     a plan from a model goes through its kernel tables, the routing op through its kernel."""
-    monkeypatch.setattr(zoo.kernels, "use_triton", lambda x: True)
+    monkeypatch.setattr(zoo.kernels, "choose", lambda op, x: "triton")
     calls = []
     for module, name in [
         (triton_block_sparse, "block_sparse_attention_triton"),
@@ -328,7 +328,7 @@ def test_dispatch_sends_supported_inputs_to_the_kernels(monkeypatch):
 
 
 def test_unsupported_inputs_fall_back_to_the_pytorch_path_with_a_warning(monkeypatch):
-    monkeypatch.setattr(zoo.kernels, "use_triton", lambda x: True)
+    monkeypatch.setattr(zoo.kernels, "choose", lambda op, x: "triton")
     q, k, v = inputs(1, 1, 16, 16, torch.float32)
     with pytest.warns(UserWarning, match="block_size 8 is not one of .*PyTorch path"):
         got = block_sparse_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool), 8)
@@ -382,7 +382,7 @@ def test_models_through_the_kernels_equal_the_pytorch_path(monkeypatch, name, ov
         return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     want, want_grads = run()
-    monkeypatch.setattr(zoo.kernels, "use_triton", lambda x: True)
+    monkeypatch.setattr(zoo.kernels, "choose", lambda op, x: "triton")
     calls = []
     kernel = "block_sparse_attention_triton" if "sparse" in name else "routing_attention_triton"
     module = triton_block_sparse if "sparse" in name else triton_routing

@@ -242,4 +242,5 @@ def test_plans_are_reused_and_bounded():
         4,
         8,
         "cpu",
+        False,  # a block-sparse plan, not a gathered one
     ) in functional._PLANS  # per head
