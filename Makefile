@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	# torch first: without it pip would resolve the CUDA build of a newer torch for lightning
 	$(BIN)/pip install -q torch==2.13.0
 	# triton: the kernels on a GPU; on a CPU their tests run in Triton's interpreter
-	$(BIN)/pip install -q -e ".[dev,triton,lm-eval]"
+	$(BIN)/pip install -q -e ".[dev,triton,transformers,lm-eval]"
 	touch $@
 
 setup: $(VENV)/.installed
