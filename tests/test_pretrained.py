@@ -225,7 +225,8 @@ def test_loading_inside_a_meta_device_context_gives_real_weights(saved):
 
 
 def test_models_and_folders_load_without_lightning_datasets_or_the_hub(tmp_path):
-    """`import zoo` is a lazy facade; the models and a folder's from_pretrained need only torch."""
+    """`import zoo` is a lazy facade; the models and a folder's from_pretrained need only torch
+    (not the integrations' transformers or lm-eval either)."""
     import subprocess
     import sys
 
@@ -235,7 +236,8 @@ def test_models_and_folders_load_without_lightning_datasets_or_the_hub(tmp_path)
         "import zoo.models\n"
         f"zoo.create_model('routing_transformer_tiny').save_pretrained({str(tmp_path)!r})\n"
         f"zoo.from_pretrained({str(tmp_path)!r})\n"
-        "print(sorted(m for m in ('lightning', 'datasets', 'huggingface_hub') if m in sys.modules))\n"
+        "print(sorted(m for m in ('lightning', 'datasets', 'huggingface_hub', 'transformers',\n"
+        "                         'lm_eval') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

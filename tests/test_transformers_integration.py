@@ -93,3 +93,19 @@ def test_bad_input_is_one_line(tmp_path):
         AutoModelForCausalLM.from_pretrained(folder, low_cpu_mem_usage=True, attn_implementation="x")
     with pytest.raises(ConfigError, match="has no tokenizer.json"):
         zt.ZooBPETokenizer.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("module", "extra"), [("transformers", "transformers"), ("lm_eval_harness", "lm-eval")]
+)
+def test_a_missing_extra_is_named_in_one_line(module, extra):
+    import subprocess
+    import sys
+
+    hidden = "transformers" if module == "transformers" else "lm_eval"
+    code = (f"import sys; sys.modules[{hidden!r}] = None\n"
+            f"import zoo.integrations.{module}\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1
+    assert last.startswith("ModuleNotFoundError: ") and f"attention-zoo[{extra}]" in last

@@ -28,9 +28,15 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
 from torch import Tensor
+
+try:
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "zoo.integrations.lm_eval_harness needs lm-eval: pip install 'attention-zoo[lm-eval]'"
+    ) from None
 
 from zoo.data.windows import IGNORE_INDEX, EvalWindows
 from zoo.errors import ConfigError, ZooError

@@ -17,8 +17,9 @@ the zoo's. Its ``generate`` re-reads the last ``max_seq_len`` tokens at every st
 not transformers ``Cache`` objects: ``use_cache`` is off), which is slower than
 :func:`zoo.generate` but gives the same tokens. A byte model's tokenizer maps text to its UTF-8
 bytes, id = byte value, with no special tokens; a translation model's is its ``tokenizer.json``.
-transformers 5 has no translation pipeline: translate with ``generate``. transformers resolves names itself, so a published name goes
-through :func:`checkpoint_folder` (or ``ZooForCausalLM.from_pretrained(name)``).
+transformers 5 has no translation pipeline: translate with ``generate``. transformers resolves
+names itself, so a published name goes through :func:`checkpoint_folder` (or
+``ZooForCausalLM.from_pretrained(name)``).
 """
 
 from __future__ import annotations
@@ -28,19 +29,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    GenerationConfig,
-    GenerationMixin,
-    PretrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizer,
-    PreTrainedTokenizerFast,
-)
-from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, Seq2SeqLMOutput
+
+try:
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForSeq2SeqLM,
+        AutoTokenizer,
+        GenerationConfig,
+        GenerationMixin,
+        PretrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizer,
+        PreTrainedTokenizerFast,
+    )
+    from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, Seq2SeqLMOutput
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "zoo.integrations.transformers needs transformers 5: pip install 'attention-zoo[transformers]'"
+    ) from None
 
 from zoo.errors import ConfigError
 from zoo.models.registry import get_model_class
