@@ -25,7 +25,7 @@ NOT_RUN = {
     ("docs/architecture.md", 1): "registers a family: tests/test_architecture.py runs it apart",
     ("docs/attention_mechanisms.md", 0): "registers an attention named like a built-in one",
     ("docs/checkpoints.md", 0): "a CUDA device and Hub repo ids",
-    ("docs/checkpoints.md", 2): "one call, run in tests/test_pretrained.py",
+    ("docs/checkpoints.md", 3): "one call, run in tests/test_pretrained.py",
     ("docs/translation.md", 0): "a checkpoint file from a training run",
 }
 

@@ -198,10 +198,10 @@ SHORT_UNITS = {"bits/byte": "bpb", "bits/dim": "bpd"}
 def _narrow_table(entries, title: str, short: bool = False) -> Table:
     """The columns that fit a narrow terminal: name, family, context, params and the test metric.
     The name never wraps; ``short`` spaces the columns by one character and abbreviates the units
-    (explained in the caption), so that the table fits 80 characters."""
+    and the context's header (explained in the caption), so that the table fits 80 characters."""
     from zoo.publishing.cards import CAVEATS
 
-    caption = "bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
+    caption = "ctx: context, bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
     caption += "".join(f"† {CAVEATS[d].split(':')[0]}. " for d in sorted({e.dataset for e in entries})
                        if d in CAVEATS)  # fmt: skip
     if any(e.retired is not None for e in entries):
@@ -211,7 +211,7 @@ def _narrow_table(entries, title: str, short: bool = False) -> Table:
                   caption=caption + "zoo list --wide: every column")  # fmt: skip
     table.add_column("name", no_wrap=True, min_width=max(len(e.name) for e in entries))
     table.add_column("family")
-    for col in ("context", "params", "test"):
+    for col in ("ctx" if short else "context", "params", "test"):
         table.add_column(col, justify="right", no_wrap=True)
     for e in entries:
         test = _test_cell(e)
