@@ -18,9 +18,12 @@ Usage::
     hub.cut_downloads["model.safetensors"] = [1000, 0]  # its next two downloads stop after
                                                         # 1000 and 0 bytes (dropped connections)
     hub.tokens = {"ro": set()}       # token -> namespaces it may write to (None: all)
+    hub.check_read_tokens = True     # reads with a token the server does not know: 401
 
 Writes (create, preupload, LFS batch, commit) need ``Authorization: Bearer <token>`` with rights to
 the repo's namespace: no token is answered 401, a token without rights 403, as the Hub does.
+Reads need no token; with ``check_read_tokens``, a read that sends a token the server does not know
+is answered 401, as the Hub answers an invalid token even for a public repo.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class HubServer:
         self.read_auth: list[str | None] = []  # Authorization headers of reads, in order
         self.cut_downloads: dict[str, list[int]] = {}  # file -> bytes sent before each drop
         self.tokens: dict[str, set[str] | None] = {"test-token": None}
+        self.check_read_tokens = False
         self._lock = threading.Lock()
         self._counter = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -194,7 +198,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             path, query = unquote(url.path), parse_qs(url.query)
             hub.requests.append((self.command, path))
-            hub.read_auth.append(self.headers.get("Authorization"))
+            hub.read_auth.append(auth := self.headers.get("Authorization"))
+            if hub.check_read_tokens and auth and auth.removeprefix("Bearer ") not in hub.tokens:
+                return self._error(
+                    401, "Unauthorized", "Invalid credentials in Authorization header"
+                )
             if m := api_repo.match(path):
                 return self._info(m.group(1), m.group(2) or "main")
             if (m := api_action.match(path)) and m.group(2) == "tree":

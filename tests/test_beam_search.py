@@ -84,3 +84,31 @@ def test_beam_search_finds_the_best_sequence_when_the_beam_covers_everything(alp
         narrow = beam_search(model, src, bos_id=BOS, eos_id=EOS, beam_size=1, alpha=alpha,
                              max_len_a=0, max_len_b=L)[0]  # fmt: skip
         assert narrow[0].tokens != best
+
+
+@pytest.mark.parametrize("name", ["transformer_tiny", "lstm_attention_tiny"])
+def test_a_beam_step_moves_the_decoder_state_and_leaves_the_source_side(name):
+    """``reorder(index, same_source=True)`` (what a beam step calls) skips the source side and
+    decodes exactly as the full reorder, for an ``index`` that stays within each sentence's beams."""
+    import copy
+
+    torch.manual_seed(0)
+    model = zoo.create_model(name, vocab_size=64).eval()
+    src, K = sources(), 3
+    rows = torch.arange(3).repeat_interleave(K)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        full = model.init_cache(memory[rows], src_mask[rows])
+        tokens = torch.randint(3, 64, (3 * K, 2))
+        model.decode(tokens, cache=full)
+        beam_step, unmoved = copy.deepcopy(full), copy.deepcopy(full)
+        index = torch.tensor([2, 0, 0, 4, 4, 3, 8, 6, 7])  # each row within its sentence's beams
+        source_side = beam_step.memory
+        full.reorder(index)
+        beam_step.reorder(index, same_source=True)
+        assert beam_step.memory is source_side  # not copied
+        nxt = torch.randint(3, 64, (3 * K, 1))
+        expected = model.decode(nxt, cache=full)
+        torch.testing.assert_close(model.decode(nxt, cache=beam_step), expected, rtol=0, atol=0)
+        # the reorder matters: the cache as it was before it decodes differently
+        assert not torch.equal(model.decode(nxt, cache=unmoved), expected)

@@ -11,7 +11,8 @@ default to a published checkpoint's registered decoding instead, when the model 
 (:func:`decoding_settings`).
 
 Works with any model that has ``encode(src) -> (memory, src_mask)``, ``init_cache(memory, src_mask)``
-returning a cache with ``reorder(index)``, and ``decode(tokens, cache=cache) -> logits``
+returning a cache with ``reorder(index, *, same_source)``, and ``decode(tokens, cache=cache) ->
+logits``
 (:class:`zoo.models.TransformerSeq2Seq`); :func:`translate` also needs its ``tokenizer``.
 
 Shape legend: B batch, K beam size, S source positions, V vocabulary.
@@ -97,7 +98,7 @@ def beam_search(
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start as the same empty hypothesis: expand only one
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+    is_done = [False] * B
     for step in range(1, int(limits.max()) + 1):
         logits = model.decode(tokens[:, -1:], cache=cache)[:, -1].float()  # (B*K, V)
         logp = logits.log_softmax(-1)
@@ -109,19 +110,18 @@ def beam_search(
         V = logp.shape[-1]
         cand = (scores.view(B * K, 1) + logp).view(B, K * V)
         top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
-        beam, token = top_idx // V, top_idx % V
-        new_beam = torch.zeros(B, K, dtype=torch.long, device=device)
-        new_token = torch.zeros(B, K, dtype=torch.long, device=device)
-        new_scores = torch.full((B, K), float("-inf"), device=device)
+        # the candidates as Python lists, read once: the loop below is per sentence and candidate
+        cand_scores, cand_beams, cand_tokens = (top_scores.tolist(), (top_idx // V).tolist(),
+                                                (top_idx % V).tolist())  # fmt: skip
+        new_beam, new_token = [[0] * K for _ in range(B)], [[0] * K for _ in range(B)]
+        new_scores = [[float("-inf")] * K for _ in range(B)]
         for b in range(B):
-            if done[b]:
+            if is_done[b]:
                 continue
             kept = 0
-            for j in range(top_idx.shape[1]):
-                score = float(top_scores[b, j])
+            for score, k, t in zip(cand_scores[b], cand_beams[b], cand_tokens[b], strict=True):
                 if score == float("-inf"):
                     break
-                k, t = int(beam[b, j]), int(token[b, j])
                 if t == eos_id:
                     if len(finished[b]) < K:
                         prefix = tokens[b * K + k, 1:].tolist()
@@ -134,16 +134,18 @@ def beam_search(
                         )
                     continue
                 if kept < K:
-                    new_beam[b, kept], new_token[b, kept], new_scores[b, kept] = k, t, score
+                    new_beam[b][kept], new_token[b][kept], new_scores[b][kept] = k, t, score
                     kept += 1
             if len(finished[b]) >= K or kept == 0:
-                done[b] = True
-        if bool(done.all()):
+                is_done[b] = True
+        if all(is_done):
             break
-        index = (torch.arange(B, device=device)[:, None] * K + new_beam).view(-1)
-        cache.reorder(index)
-        tokens = torch.cat([tokens[index], new_token.view(-1, 1)], dim=1)
-        scores = new_scores.masked_fill(done[:, None], float("-inf"))
+        done = torch.tensor(is_done, device=device)
+        first = torch.arange(B, device=device)[:, None] * K  # each sentence's first row
+        index = (first + torch.tensor(new_beam, device=device)).view(-1)
+        cache.reorder(index, same_source=True)  # hypotheses move only among a sentence's beams
+        tokens = torch.cat([tokens[index], torch.tensor(new_token, device=device).view(-1, 1)], 1)
+        scores = torch.tensor(new_scores, device=device).masked_fill(done[:, None], float("-inf"))
     return [sorted(f, key=lambda h: h.score, reverse=True)[:K] for f in finished]
 
 

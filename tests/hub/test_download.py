@@ -120,6 +120,25 @@ def test_the_token_given_is_the_one_sent(published, hub, monkeypatch):
     assert hub.read_auth and set(hub.read_auth) == {"Bearer reader-token"}
 
 
+def _cached_files(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*") if p.is_file() and "/.locks/" not in str(p)]
+
+
+@pytest.mark.parametrize("name", [NAME, REPO_ID])  # published (verified) and a bare repo id
+def test_a_rejected_token_is_one_line_and_caches_nothing(published, hub, tmp_path, name):
+    pin_revision(published, REPO_ID, push(published, REPO_ID))
+    keep = tmp_path / "keep"
+    shutil.copytree(published, keep)
+    shutil.rmtree(published)
+    hub.check_read_tokens = True  # as the Hub: an invalid token is refused, even for a public repo
+    with pytest.raises(HubError) as err:
+        zoo.from_pretrained(name, token="hf_not-a-token")
+    message = str(err.value)
+    assert "\n" not in message and "401" in message and "token=False" in message
+    assert not _cached_files(Path(hf_constants.HF_HUB_CACHE))
+    assert_same_weights(zoo.from_pretrained(name, token="test-token"), keep)  # a valid one loads
+
+
 def test_a_wheel_without_network_fails_fast_and_names_no_shipped_copy(
     published, hub, registry, monkeypatch
 ):
@@ -197,9 +216,12 @@ def test_the_advice_for_another_revision_is_not_circular(published, hub):
     advice = f"from_pretrained({REPO_ID!r}, revision={newer!r})"
     assert pinned in str(err.value) and advice in str(err.value)
     assert_same_weights(zoo.from_pretrained(REPO_ID, revision=newer), published)  # as advised
+    cached = _cached_files(Path(hf_constants.HF_HUB_CACHE))
     with pytest.raises(HubError) as err:
         zoo.from_pretrained(REPO_ID, revision="does-not-exist")
+    assert _cached_files(Path(hf_constants.HF_HUB_CACHE)) == cached  # nothing written
     message = str(err.value)
+    assert "\n" not in message
     assert "has no revision 'does-not-exist'" in message and pinned in message
     assert f"from_pretrained({NAME!r}) loads it" in message
 

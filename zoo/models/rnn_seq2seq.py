@@ -154,14 +154,20 @@ class RNNSeq2SeqCache:
     seq_len: int = 0
     extra: dict = field(default_factory=dict)
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search)."""
+    def reorder(self, index: Tensor, *, same_source: bool = False) -> None:
+        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search).
+
+        ``same_source=True`` promises that every row of ``index`` has the source of the row it
+        replaces (a beam search step), so ``memory``, ``keys`` and ``src_mask`` are left as they
+        are.
+        """
         pick = lambda x: x.index_select(0, index)  # noqa: E731
-        self.memory, self.keys, self.src_mask = (
-            pick(self.memory),
-            pick(self.keys),
-            pick(self.src_mask),
-        )
+        if not same_source:
+            self.memory, self.keys, self.src_mask = (
+                pick(self.memory),
+                pick(self.keys),
+                pick(self.src_mask),
+            )
         self.state = tuple(x.index_select(1, index) for x in self.state)  # type: ignore[assignment]
         self.feed, self.coverage, self.attention = (
             pick(self.feed),

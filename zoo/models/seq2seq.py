@@ -152,9 +152,17 @@ class Seq2SeqCache:
     def seq_len(self) -> int:
         return self.self_kv.seq_len
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search)."""
+    def reorder(self, index: Tensor, *, same_source: bool = False) -> None:
+        """Keep batch rows ``index`` ``(B',)`` int64, in that order (beam search).
+
+        ``same_source=True`` promises that every row of ``index`` has the source of the row it
+        replaces (a beam search step moves hypotheses only among one sentence's beams), so the
+        source side (``memory``, ``src_mask``) is left as it is and only the decoder's keys and
+        values move.
+        """
         self.self_kv.reorder(index)
+        if same_source:
+            return
         self.memory = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory]
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, index)
