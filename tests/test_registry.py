@@ -83,3 +83,8 @@ def test_checkpoint_filters_on_structure(monkeypatch):
     assert {e.name for e in list_pretrained(causal=True)} | {
         e.name for e in list_pretrained(causal=False)
     } == {e.name for e in list_pretrained()}
+    # the retired checkpoints only when asked for, as `zoo list --all`
+    every = list_pretrained(include_retired=True)
+    retired = {e.name for e in every if e.retired is not None}
+    assert "sparse_transformer_small.pg19mini" in retired
+    assert {e.name for e in list_pretrained()} == {e.name for e in every} - retired

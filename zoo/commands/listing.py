@@ -295,7 +295,8 @@ def list_main(args: list[str]) -> None:
                      "no --all (it names the retired ones under the table)")  # fmt: skip
     try:
         entries = list_pretrained(ns.pattern, task=ns.task, attention=ns.attention,
-                                  causal=ns.causal, context=ns.context)  # fmt: skip
+                                  causal=ns.causal, context=ns.context,
+                                  include_retired=True)  # fmt: skip
     except ConfigError as e:
         parser.error(str(e))
     if ns.write_readme:

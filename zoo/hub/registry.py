@@ -196,6 +196,7 @@ def list_pretrained(
     attention: str | None = None,
     causal: bool | None = None,
     context: str | int | None = None,
+    include_retired: bool = False,
 ) -> list[CheckpointEntry]:
     """The published checkpoints (``zoo list`` in scripts), filtered.
 
@@ -208,6 +209,8 @@ def list_pretrained(
             look ahead (top-w routing).
         context: the model's context in positions: a number, or a comparison such as
             ``">=4096"`` (operators ``>=``, ``<=``, ``>``, ``<``, ``==``).
+        include_retired: also the retired checkpoints (``zoo list --all``), which still load,
+            with a warning naming the checkpoint to use instead; their ``retired`` says why.
 
     Each :class:`CheckpointEntry` has the model, size, data, metrics, structure, Hub repo and
     revision; :func:`zoo.hub.weights_source` says where its weights would come from here.
@@ -224,6 +227,7 @@ def list_pretrained(
         and (attention is None or e.structure.get("pattern") == attention)
         and (causal is None or e.structure.get("causal") == causal)
         and keep(e.structure.get("context"))
+        and (include_retired or e.retired is None)
     ]
 
 
