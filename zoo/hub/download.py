@@ -44,6 +44,7 @@ from zoo.errors import (
     UnknownModelError,
 )
 from zoo.files import explicit_path, sha256_file
+from zoo.hub.refusals import download_refusal
 from zoo.hub.registry import Registry, load_registry
 from zoo.hub.schema import CheckpointEntry
 
@@ -243,26 +244,13 @@ def _download(
             f"{entry.name}: {entry.repo_id}@{entry.revision or 'main'} has no file {name}."
         ) from None
     except HfHubHTTPError as e:
-        raise HubError(f"{entry.name}: {_refused_download(e, name, entry.repo_id)}") from None
+        raise HubError(f"{entry.name}: {download_refusal(e, name, entry.repo_id)}") from None
     except (httpx2.HTTPError, OSError) as e:  # the connection dropped and retries ran out
         raise HubError(
             f"{entry.name}: the download of {name} was interrupted ({type(e).__name__}: {e}) "
             "and the client's resumes ran out. Nothing partial was cached under the file's "
             "name: run the same command again."
         ) from None
-
-
-def _refused_download(e: HfHubHTTPError, what: str, repo_id: str) -> str:
-    """One line for a download the Hub answered with an HTTP error: its status, the server's
-    message and, for a rejected token (401), how to send another or none."""
-    status = e.response.status_code if e.response is not None else None
-    message = " ".join((e.server_message or str(e).splitlines()[0]).split())
-    hint = {
-        401: "The Hub rejected the token sent (token= or HF_TOKEN): pass a valid read token, or "
-        "token=False to read a public repository without one. Nothing was cached.",
-        403: f"Your token may not read {repo_id}: ask its owner for access. Nothing was cached.",
-    }.get(status or 0, "Nothing was cached under the file's name: run the same command again.")
-    return f"downloading {what} from {repo_id} failed: {status} {message}. {hint}"
 
 
 def _evict(path: Path) -> None:
@@ -486,7 +474,7 @@ def _unpublished_repo(
             f"commit that exists there.{pinned}"
         ) from None
     except HfHubHTTPError as e:
-        raise HubError(_refused_download(e, "its files", name)) from None
+        raise HubError(download_refusal(e, "its files", name)) from None
     return Path(path)
 
 

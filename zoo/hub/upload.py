@@ -17,6 +17,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from zoo.errors import ConfigError, HubError
 from zoo.hub.download import endpoint
+from zoo.hub.refusals import refusal
 
 __all__ = ["REPO_ID_RULE", "checked_repo_id", "upload_folder"]
 
@@ -43,15 +44,13 @@ def checked_repo_id(repo_id: str) -> str:
 
 
 def _refusal(e: HfHubHTTPError, repo_id: str) -> HubError:
-    status = e.response.status_code if e.response is not None else None
-    message = e.server_message or str(e).splitlines()[0]
     hint = {
         401: "No valid token was sent: set HF_TOKEN or run `hf auth login` with a write token.",
         403: f"Your token cannot write to {repo_id}: use a token with write access to "
         f"'{repo_id.split('/')[0]}', or push to your own namespace (--repo-id you/name).",
         404: f"The repository {repo_id} does not exist or is not visible to your token.",
-    }.get(status or 0, "")
-    return HubError(f"the Hub refused the push to {repo_id}: {status} {message}. {hint}".strip())
+    }
+    return HubError(f"the Hub refused the push to {repo_id}: {refusal(e, hint)}")
 
 
 def upload_folder(
