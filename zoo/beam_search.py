@@ -11,9 +11,9 @@ default to a published checkpoint's registered decoding instead, when the model 
 (:func:`decoding_settings`).
 
 Works with any model that has ``encode(src) -> (memory, src_mask)``, ``init_cache(memory, src_mask)``
-returning a cache with ``reorder(index, *, same_source)``, and ``decode(tokens, cache=cache) ->
-logits``
-(:class:`zoo.models.TransformerSeq2Seq`); :func:`translate` also needs its ``tokenizer``.
+returning a cache with ``reorder(index, *, same_source)``, and
+``decode(tokens, cache=cache) -> logits`` (:class:`zoo.models.TransformerSeq2Seq`,
+:class:`zoo.models.LSTMSeq2Seq`); :func:`translate` also needs its ``tokenizer``.
 
 Shape legend: B batch, K beam size, S source positions, V vocabulary.
 """
