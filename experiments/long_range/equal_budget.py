@@ -146,6 +146,24 @@ RUNS_256 = {
         "routing_transformer_small", {"n_local_heads": 2, "window": 32, "shared_qk": False},
         "as routing_topw_32 with keys projected apart from the queries",
     ),
+    # shifted keys (shift_keys): a routing head's key at s is its query at s - 1, so a query
+    # and the key it should copy from are alike, and shared clusters hold them together
+    "routing_causal_32_shift": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True},
+        "as routing_causal_32 (k = 32) with shifted keys: key at s = query at s - 1",
+    ),
+    "routing_causal_32_shift_scale1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True, "routing_score_scale": 1.0},
+        "as routing_causal_32_shift with scores q·k unscaled (Algorithm 1 line 22)",
+    ),
+    "routing_causal_32_k1_shift": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
+         "shift_keys": True},
+        "as routing_causal_32_k1 (dense content-only heads) with shifted keys",
+    ),
 }  # fmt: skip
 TABLES = {"copy_256.yaml": RUNS_256}  # base config -> its runs (default: RUNS)
 

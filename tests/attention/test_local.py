@@ -41,6 +41,28 @@ def test_equals_dense_attention_under_the_window_mask(T, window):
         torch.testing.assert_close(a.double(), b.double(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("T", "window"), [(64, 16), (61, 16), (10, 16), (33, 1)])
+def test_the_strictly_earlier_window_through_the_engine(T, window):
+    """``local(W, exclude_self=True)``: the W positions before, never itself; the first query,
+    with none, gets zeros (sorted segments take the same path, so the routing kernel is not used)."""
+    from zoo.attention import attend
+    from zoo.attention.patterns import local
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 3, T, 8, generator=g, requires_grad=True) for _ in range(3))
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (i - j >= 1) & (i - j <= window)
+    segments = torch.randint(0, 3, (2, 3, T), generator=g).sort(-1).values
+    same = segments[..., :, None] == segments[..., None, :]
+    for seg, mask in ((None, allowed), (segments, allowed & same)):
+        got = attend(q, k, v, local(window, exclude_self=True), segments=seg)
+        want = oracle(q, k, v, mask).nan_to_num(0.0)  # rows with no key: zeros
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        assert got[:, :, 0].abs().max() == 0
+        grads = torch.autograd.grad(got.sum(), (q, k, v))
+        assert all(bool(torch.isfinite(g).all()) for g in grads)
+
+
 def test_segments_restrict_attention_to_equal_ids():
     T, window = 50, 8
     g = torch.Generator().manual_seed(1)

@@ -73,6 +73,8 @@ def test_causal_and_local(n):
     assert torch.equal(causal().mask(n), brute(n, lambda i, j: j <= i))
     for w in (1, 3, 40):
         assert torch.equal(local(w).mask(n), brute(n, lambda i, j, w=w: i - w < j <= i))
+        strict = local(w, exclude_self=True).mask(n)
+        assert torch.equal(strict, brute(n, lambda i, j, w=w: i - w <= j < i))
 
 
 PATTERN_CASES = [

@@ -453,9 +453,11 @@ def test_score_scale_is_checked():
         layer(routing_score_scale=1.0, max_relative_position=4)
 
 
-def test_causal_routing_stats_match_dense_attention_over_the_last_members():
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_causal_routing_stats_match_dense_attention_over_the_last_members(exclude_self):
     """Blocks of causal_window sorted positions, a ragged last block, several clusters: the
-    same far share and uniformity as attention written out over original positions."""
+    same far share and uniformity as attention written out over original positions (with
+    ``exclude_self``, shifted keys' members strictly before the query)."""
     from zoo.attention.routing import causal_routing_stats
 
     B, h, T, D, C, window = 2, 2, 53, 8, 6, 5  # 53 = 8 blocks of 6 + a ragged 5
@@ -464,18 +466,67 @@ def test_causal_routing_stats_match_dense_attention_over_the_last_members():
     clusters = torch.randint(0, 3, (B, h, T), generator=g)
     t = torch.arange(T)
     same = clusters[..., :, None] == clusters[..., None, :]  # (B, h, T, T)
-    causal = t[:, None] >= t[None, :]
-    # members of the query's cluster in (key, query]: the key is among the last C members
+    causal = t[:, None] > t[None, :] if exclude_self else t[:, None] >= t[None, :]
+    # members of the query's cluster in [key, query]: the key is among the last C members
     later = (same & causal).flip(-1).cumsum(-1).flip(-1)
     allowed = same & causal & (later <= C)
     s = (q @ q.transpose(-1, -2)) * D**-0.5
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
     far = (p * ((t[:, None] - t[None, :]) >= window)).sum(-1).mean(-1).mean(0)
     members = allowed.sum(-1)
-    ratio = (-(p * p.clamp_min(1e-30).log()).sum(-1)).exp() / members
+    ratio = (-(p * p.clamp_min(1e-30).log()).sum(-1)).exp() / members.clamp_min(1)
     uniformity = torch.stack(
         [torch.stack([ratio[b, i][members[b, i] >= 2].mean() for i in range(h)]) for b in range(B)]
     ).mean(0)
-    stats = causal_routing_stats(q, clusters, window, C)
+    stats = causal_routing_stats(q, clusters, window, C, exclude_self=exclude_self)
     torch.testing.assert_close(stats["far_share"], far, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(stats["uniformity"], uniformity, rtol=1e-5, atol=1e-6)
+
+
+def test_shifted_keys_attend_to_the_members_before_and_read_the_next_value():
+    """``shift_keys``: query t sees the last C members of its cluster strictly before it, j < t,
+    and reads v_{j+1}: attention written out over original positions, empty rows zero."""
+    attn = layer(routing="causal", causal_window=3, shift_keys=True).eval()
+    x = torch.randn(2, 29, 32)
+    _, _, _, q, _, v = attn.project(x)
+    clusters = attn.kmeans.assign(q)
+    got, _ = attn._route(q, q, v)
+    t = torch.arange(29)
+    same = (clusters[..., :, None] == clusters[..., None, :]) & (t[:, None] > t[None, :])
+    later = same.flip(-1).cumsum(-1).flip(-1)  # members in [j, t): j among the last C
+    allowed = same & (later <= 3)
+    s = (q @ q.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    want = p @ F.pad(v[:, :, 1:], (0, 0, 0, 1))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (~allowed.any(-1)).any()  # some queries had no earlier member: zeros, not NaN
+
+
+def test_shifted_keys_make_one_layer_copy_what_followed_the_earlier_occurrence():
+    """A sequence written twice: with shifted keys a query in the second copy finds its first
+    occurrence at j and reads the value of j + 1, the next token; unshifted, it reads its own."""
+    torch.manual_seed(0)
+    kwargs = dict(d_model=16, n_heads=1, n_local_heads=0, window=4, n_clusters=1,
+                  routing="causal", causal_window=32, routing_score_scale=20.0)  # fmt: skip
+    shifted = RoutingSelfAttention(**kwargs, shift_keys=True).eval()
+    plain = RoutingSelfAttention(**kwargs).eval()
+    plain.load_state_dict(shifted.state_dict())
+    x = torch.randn(1, 10, 16).repeat(1, 2, 1)  # x_{t+10} = x_t
+    for attn, offset in ((shifted, -9), (plain, 0)):
+        _, _, _, q, _, v = attn.project(x)
+        y, _ = attn._route(*attn.scaled(q, q), v)  # scores 20 q·k: one key takes the mass
+        t = torch.arange(10, 19)
+        torch.testing.assert_close(y[0, 0, t], v[0, 0, t + offset], rtol=0, atol=1e-3)
+
+
+def test_shifted_keys_are_strictly_causal_and_checked():
+    attn = layer(routing="causal", causal_window=3, shift_keys=True).eval()
+    x = torch.randn(1, 24, 32)
+    base = attn(x)
+    for t in (0, 7, 23):
+        changed = x.clone()
+        changed[0, t] += 1.0
+        torch.testing.assert_close(attn(changed)[:, :t], base[:, :t], rtol=0, atol=0)
+    for bad in (dict(routing="topw"), dict(routing="causal", max_relative_position=4)):
+        with pytest.raises(ValueError, match="shift_keys"):
+            layer(shift_keys=True, **bad)

@@ -43,6 +43,8 @@ def test_routing_heads_only_in_the_top_layers():
         (dict(revive_below=1.0), "revive_below"),
         (dict(revive_split="bisect"), "revive_split"),
         (dict(routing_layer_norm=False), "routing_layer_norm"),
+        (dict(shift_keys=True), "shift_keys"),
+        (dict(shift_keys=True, routing="causal", max_relative_position=4), "shift_keys"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):
@@ -181,6 +183,20 @@ def test_cached_decoding_keeps_the_routing_score_scale():
     default = model_with(routing="causal").eval()
     default.load_state_dict(model.state_dict())
     assert not torch.allclose(default(idx), model(idx), atol=1e-3)
+
+
+def test_cached_decoding_keeps_shifted_keys():
+    """A prompt, then one token at a time: the same logits as the whole sequence with shifted
+    keys, which differ from the unshifted model's."""
+    model = model_with(routing="causal", shift_keys=True).eval()
+    idx = torch.randint(0, 32, (2, 40))
+    cache = model.init_cache(2)
+    steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 40)]
+    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
+    plain = model_with(routing="causal").eval()
+    plain.load_state_dict(model.state_dict())
+    assert not torch.allclose(plain(idx), model(idx), atol=1e-3)
+    assert past_logit_shift(model) == 0.0
 
 
 def test_a_prompt_fills_the_cache_without_a_full_mask(monkeypatch):

@@ -208,6 +208,9 @@ def attend(
         return column_attention(q, k, v, pattern.param("stride"))
     if r == "local":
         window = pattern.param("window") or pattern.param("stride") + 1  # strided A1: i - j <= l
+        if pattern.param("exclude_self"):  # the strictly earlier window: the reference path
+            return local_attention(q, k, v, window, segments=segments, positions=positions,
+                                   relative=relative, exclude_self=True)  # fmt: skip
         if q.device.type == "cpu" and segments is None and relative is None:
             # segments of the window (of the stride for A1) and the one before, merged
             return segment_attention(q, k, v, pattern.param("stride") or window, window=window)
@@ -396,6 +399,7 @@ def local_attention(
     segments: Tensor | None = None,
     positions: Tensor | None = None,
     relative: RelativePositions | None = None,
+    exclude_self: bool = False,
 ) -> Tensor:
     """Causal attention of each position to the previous ``window`` positions (itself included):
     the local heads of the Routing Transformer (Roy et al. 2020 §4), the Image Transformer's 1-D
@@ -413,12 +417,14 @@ def local_attention(
         positions: optional ``(B, H, T)`` positions used for relative distances (default
             ``0..T-1``; a sequence sorted by cluster passes its tokens' original positions).
         relative: Shaw relative positions (the masked path per block); ``None`` runs SDPA.
+        exclude_self: attend to the ``W`` positions strictly before instead, ``i - W <= j < i``
+            (:func:`~zoo.attention.patterns.local`'s ``exclude_self``); a query with none gets zeros.
 
     Returns:
         ``(B, H, T, D)`` in the dtype of ``v``.
     """
     B, H, T, D = q.shape
-    if window >= T and segments is None and relative is None:  # the window covers everything
+    if window >= T and segments is None and relative is None and not exclude_self:  # all of it
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # as dense attention
     W = min(window, T)
     nb = math.ceil(T / W)
@@ -438,7 +444,9 @@ def local_attention(
     kpos = (torch.arange(nb, device=q.device) * W - W).view(nb, 1, 1) + torch.arange(
         2 * W, device=q.device
     )
-    allowed = (qpos - kpos >= 0) & (qpos - kpos < window) & (kpos >= 0)  # (nb, W, 2W)
+    d = qpos - kpos  # every query's block pair spans distances up to W, so both windows fit
+    inside = (d >= 1) & (d <= window) if exclude_self else (d >= 0) & (d < window)
+    allowed = inside & (kpos >= 0)  # (nb, W, 2W)
     if segments is not None:
         sq = F.pad(segments, (0, pad), value=-1).view(B, H, nb, W, 1)
         sk = key_blocks(segments, fill=-2).view(B, H, nb, 1, 2 * W)

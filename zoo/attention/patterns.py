@@ -16,7 +16,8 @@ and ``local_2d``):
 
 ==========  ===================================================================================
 causal      ``j <= i`` (dense autoregressive attention)
-local       ``i - window < j <= i`` (sliding window of ``window`` positions, itself included)
+local       ``i - window < j <= i`` (sliding window of ``window`` positions, itself included;
+            ``exclude_self``: ``i - window <= j < i``)
 local_1d    the Image Transformer's 1-D local attention: query blocks of ``query_block``
             positions, each attending to itself and the ``memory`` positions before it
 local_2d    its 2-D local attention on a grid ``width`` positions wide: rectangular query blocks
@@ -138,9 +139,21 @@ def causal() -> AttentionPattern:
     return AttentionPattern("causal", lambda h, q, k: k <= q, kind="causal")
 
 
-def local(window: int) -> AttentionPattern:
-    """Sliding window: ``A_i = {j : i - window < j <= i}`` (``window`` positions, itself included)."""
+def local(window: int, *, exclude_self: bool = False) -> AttentionPattern:
+    """Sliding window: ``A_i = {j : i - window < j <= i}`` (``window`` positions, itself included).
+
+    ``exclude_self``: the ``window`` positions strictly before, ``A_i = {j : i - window <= j < i}``
+    (empty for ``i = 0``: that query gets zeros); causal routing with shifted keys uses it
+    (:class:`~zoo.attention.routing.RoutingSpec`'s ``shift_keys``).
+    """
     _positive(window=window)
+    if exclude_self:
+        return AttentionPattern(
+            f"local(window={window}, exclude_self=True)",
+            lambda h, q, k: (k < q) & (q - k <= window),
+            kind="local",
+            params=(("window", window), ("exclude_self", True)),
+        )
     return AttentionPattern(
         f"local(window={window})",
         lambda h, q, k: (k <= q) & (q - k < window),

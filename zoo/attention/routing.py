@@ -19,6 +19,12 @@ How a routing head picks its clusters (``routing``):
   passes the strict causality test; cached decoding always routes this way.
 - ``"random"``: the paper's ablation, random ``w`` tokens per cluster instead of the top ``w``.
 
+``shift_keys`` (causal routing, an ablation of the zoo's): a routing head's key at position ``s`` is
+its query at ``s - 1``, so a query meets the positions that FOLLOW its earlier occurrences and
+reads their values: a one-layer induction head (the fully shifted "smeared keys" of Olsson et al.
+2022, "In-context Learning and Induction Heads"). Shared queries and keys then put a query and
+the key it should copy from in one cluster whenever the two tokens are alike.
+
 Shape legend: B batch, T new positions, S cached + new positions, C d_model, H heads,
 h local/routing heads, D d_head, k clusters, w tokens per cluster.
 """
@@ -49,14 +55,16 @@ RoutingMode = Literal["topw", "causal", "random"]
 
 @torch.no_grad()
 def causal_routing_stats(
-    q: Tensor, clusters: Tensor, window: int, causal_window: int
+    q: Tensor, clusters: Tensor, window: int, causal_window: int, exclude_self: bool = False
 ) -> dict[str, Tensor]:
     """Per routing head, where causal routing's attention goes and how selective it is.
 
     ``q``: the routing heads' queries (= keys) ``(B, h, T, D)`` as routing attention takes them
     (:meth:`RoutingSelfAttention.scaled`); ``clusters``: their nearest centroids ``(B, h, T)``.
     Each query attends to the last ``causal_window`` members of its cluster, itself included
-    (``"causal"`` routing in the module docstring), with content scores ``q·k / sqrt(D)``
+    (``"causal"`` routing in the module docstring), or with ``exclude_self`` the last
+    ``causal_window`` members before it (``shift_keys``: distances are then to the key's query,
+    one position before its value), with content scores ``q·k / sqrt(D)``
     (relative-position biases left out). Returns fp32 ``(h,)`` tensors, means over queries:
 
     - ``far_share``: the probability mass on keys at least ``window`` positions back, what a
@@ -88,7 +96,8 @@ def causal_routing_stats(
         s = (qs @ with_previous(qs, 0.0).transpose(-1, -2)) * D**-0.5  # (B, h, n, C, 2C)
         back = index[..., None] - with_previous(index, -T)[..., None, :]  # sorted steps back
         same = segment[..., None] == with_previous(segment, -1)[..., None, :]
-        allowed = same & (back >= 0) & (back < C) & (segment[..., None] >= 0)
+        inside = (back >= 1) & (back <= C) if exclude_self else (back >= 0) & (back < C)
+        allowed = same & inside & (segment[..., None] >= 0)
         p = masked_softmax(s, allowed)
         distance = position[..., None] - with_previous(position, 0)[..., None, :]
         far = (p * (distance >= window)).sum((2, 3, 4)) / T  # padding queries' rows are all 0
@@ -127,6 +136,10 @@ class RoutingSpec:
             causal routing only: they attend with the raw projections (any norm), and the
             centroids still learn from the LayerNorm'd vectors; a token's cluster (its argmax
             centroid) then sees the raw vector.
+        shift_keys: a routing head's key at position ``s`` is its query at ``s - 1`` (module
+            docstring): values shifted back one position, each query attending to the last
+            ``causal_window`` members of its cluster strictly before it. Causal routing only,
+            without relative positions.
         rotary: rotary positions (Su et al. 2021) on the LOCAL heads' queries and keys. Routing
             heads stay purely content-based: turning their queries before the k-means would make
             the clusters depend on position.
@@ -135,8 +148,9 @@ class RoutingSpec:
     Raises:
         ValueError: ``d_model`` not divisible by ``n_heads``, ``n_local_heads`` outside
             ``[0, n_heads]``, causal routing without ``shared_qk``, a ``routing_score_scale``
-            that is not positive or comes with relative positions, or ``routing_layer_norm=False``
-            without causal routing.
+            that is not positive or comes with relative positions, ``routing_layer_norm=False``
+            without causal routing, or ``shift_keys`` without causal routing or with relative
+            positions.
         TypeError: an unknown option (Python's own message names it).
     """
 
@@ -156,6 +170,7 @@ class RoutingSpec:
     max_relative_position: int = 0
     routing_score_scale: float | None = None
     routing_layer_norm: bool = True
+    shift_keys: bool = False
     rotary: bool = False
     bias: bool = True
 
@@ -170,6 +185,8 @@ class RoutingSpec:
             raise ValueError("causal routing needs shared_qk=True (one cluster per token)")
         if not self.routing_layer_norm and self.routing != "causal":
             raise ValueError("routing_layer_norm=False needs causal routing (top-w ranks by norm)")
+        if self.shift_keys and (self.routing != "causal" or self.max_relative_position):
+            raise ValueError("shift_keys needs causal routing and no relative positions")
         scale = self.routing_score_scale
         if scale is not None and (scale <= 0 or self.max_relative_position):
             raise ValueError(
@@ -209,7 +226,8 @@ class RoutingSelfAttention(nn.Module):
             spec.causal_window,
         )
         # the engine's patterns: the local heads' window, and causal routing's window of members
-        self.local_pattern, self.routing_pattern = local(spec.window), local(spec.causal_window)
+        self.local_pattern = local(spec.window)
+        self.routing_pattern = local(spec.causal_window, exclude_self=spec.shift_keys)
         self.shared_qk, self.seed = spec.shared_qk, seed
         width = 3 * self.n_local + (2 if spec.shared_qk else 3) * self.n_routing
         self.qkv = nn.Linear(spec.d_model, width * self.d_head, bias=spec.bias)
@@ -322,7 +340,9 @@ class RoutingSelfAttention(nn.Module):
         if last is None:
             return {}
         if len(last) == 2:  # causal routing
-            stats = causal_routing_stats(*last, self.window, self.causal_window)
+            stats = causal_routing_stats(
+                *last, self.window, self.causal_window, exclude_self=self.spec.shift_keys
+            )
             return {name: value.mean() for name, value in stats.items()}
         q, k, q_idx, k_idx = last
         k_idx = q_idx if k_idx is None else k_idx
@@ -380,6 +400,8 @@ class RoutingSelfAttention(nn.Module):
         CPU the engine pads each cluster to its own blocks: :func:`zoo.kernels.run_window_attention`).
         ``clusters``: the queries' nearest centroids ``(B, h, T)``."""
         B, h, T, D = q.shape
+        if self.spec.shift_keys:  # key j carries value j + 1; the last one is never attended
+            v = F.pad(v[:, :, 1:], (0, 0, 0, 1))
         positions = torch.arange(T, device=q.device)
         order = (clusters * T + positions).argsort(-1)  # (B, h, T)
         gather = order[..., None].expand(B, h, T, D)
@@ -421,8 +443,10 @@ class RoutingSelfAttention(nn.Module):
             new = self.kmeans.assign(q[:, hl:])  # (B, h, T): the queries' clusters
             clusters = cache.update_aux("clusters", self.kmeans.assign(k[:, hl:, past:]))
             same = clusters[:, :, None, :] == new[..., None]  # (B, h, T, S)
-            same = same & (distance >= 0)
+            same = same & (distance >= (1 if self.spec.shift_keys else 0))
             # members at or after each key, up to the query: the key must be among the last C
             later = same.flip(-1).cumsum(-1).flip(-1)
             allowed[:, hl:] = same & (later <= self.causal_window)
+            if self.spec.shift_keys:  # key j carries value j + 1 (<= the query: cached)
+                v = torch.cat([v[:, :hl], F.pad(v[:, hl:, 1:], (0, 0, 0, 1))], 1)
         return masked_attention(q, k, v, allowed, relative=self.relative, distance=distance)

@@ -59,6 +59,8 @@ class RoutingTransformerConfig(TransformerConfig):
     routing_score_scale: float | None = None
     # LayerNorm on the routing heads' q and k (Algorithm 1); False: an ablation, causal routing only
     routing_layer_norm: bool = True
+    # causal routing: a routing head's key at s is its query at s - 1 (zoo.attention.routing)
+    shift_keys: bool = False
     # what a config.json that lacks a key was trained with: without centroid_init and revive_below
     # (saved before these options existed), random centroids and no revival; without
     # revive_split, the farthest split
@@ -89,6 +91,7 @@ class RoutingTransformerConfig(TransformerConfig):
             "window": self.window,
             "clusters": self.n_clusters,
             "routing": self.routing,
+            **({"shift_keys": True} if self.shift_keys else {}),  # keys at s = queries at s - 1
             **common,
             "causal": self.routing != "topw",
         }
@@ -126,6 +129,10 @@ class RoutingTransformerConfig(TransformerConfig):
         if not self.routing_layer_norm and self.routing != "causal":
             raise ConfigError(
                 "routing_layer_norm=false is an ablation of causal routing: set routing='causal'"
+            )
+        if self.shift_keys and (self.routing != "causal" or self.max_relative_position):
+            raise ConfigError(
+                "shift_keys=true needs routing='causal' and max_relative_position 0"
             )
 
     @property
