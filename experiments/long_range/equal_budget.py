@@ -158,6 +158,11 @@ RUNS_256 = {
         {"n_local_heads": 2, "window": 32, "shift_keys": True, "routing_score_scale": 1.0},
         "as routing_causal_32_shift with scores q·k unscaled (Algorithm 1 line 22)",
     ),
+    "routing_causal_32_shift_cw32": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32},
+        "as routing_causal_32_shift with the last 32 cluster members attended (not 256 / k = 8)",
+    ),
     "routing_causal_32_k1_shift": (
         "routing_transformer_small_causal",
         {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
