@@ -174,8 +174,11 @@ def test_cached_decoding_routes_causally():
     torch.testing.assert_close(torch.cat(steps, 1), causal(idx), rtol=1e-5, atol=1e-5)
 
 
-def test_cached_decoding_keeps_the_routing_score_scale():
-    model = model_with(routing="causal", routing_score_scale=1.0).eval()
+@pytest.mark.parametrize("option", [dict(routing_score_scale=1.0), dict(shift_keys=True)])
+def test_cached_decoding_keeps_the_routing_options(option):
+    """A prompt, then one token at a time: the same logits as the whole sequence under the
+    option (scores q·k, shifted keys), which differ from the default causal model's."""
+    model = model_with(routing="causal", **option).eval()
     idx = torch.randint(0, 32, (2, 40))
     cache = model.init_cache(2)
     steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 40)]
@@ -183,19 +186,6 @@ def test_cached_decoding_keeps_the_routing_score_scale():
     default = model_with(routing="causal").eval()
     default.load_state_dict(model.state_dict())
     assert not torch.allclose(default(idx), model(idx), atol=1e-3)
-
-
-def test_cached_decoding_keeps_shifted_keys():
-    """A prompt, then one token at a time: the same logits as the whole sequence with shifted
-    keys, which differ from the unshifted model's."""
-    model = model_with(routing="causal", shift_keys=True).eval()
-    idx = torch.randint(0, 32, (2, 40))
-    cache = model.init_cache(2)
-    steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 40)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
-    plain = model_with(routing="causal").eval()
-    plain.load_state_dict(model.state_dict())
-    assert not torch.allclose(plain(idx), model(idx), atol=1e-3)
     assert past_logit_shift(model) == 0.0
 
 
