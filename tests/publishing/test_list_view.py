@@ -101,3 +101,17 @@ def test_zoo_list_into_head_has_no_traceback(entries):
     child.stdout.close()  # `head` has read what it wanted
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_the_readme_table_says_when_a_wall_time_was_not_recorded(entries):
+    """A checkpoint whose training.json has no wall time (stages exported from a saved folder)
+    reads 'wall time not recorded' in the README's table, not '0 s'."""
+    import dataclasses
+
+    from zoo.commands.listing import markdown_table
+
+    timed = next(e for e in entries if e.training.get("wall_time_s") and e.retired is None)
+    untimed = dataclasses.replace(timed, training={**timed.training, "wall_time_s": None})
+    assert f"{timed.training['wall_time_s']:,.0f} s" in markdown_table([timed])
+    row = markdown_table([untimed])
+    assert "wall time not recorded" in row and " 0 s" not in row

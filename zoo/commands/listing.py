@@ -96,9 +96,10 @@ def markdown_table(entries, show_retired: bool = False) -> str:
     ]
     for e in rows:
         t = e.training
+        wall = t.get("wall_time_s")
         trained = (
-            f"{t.get('tokens') or 0:,} tokens, {t.get('wall_time_s') or 0:,.0f} s, "
-            f"{t.get('hardware')}"
+            f"{t.get('tokens') or 0:,} tokens, "
+            f"{f'{wall:,.0f} s' if wall else 'wall time not recorded'}, {t.get('hardware')}"
         )
         lines.append(
             f"| `{e.name}` | {e.model_type} | {e.task} | {e.parameters / 1e6:.2f}M | "

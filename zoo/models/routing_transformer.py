@@ -311,10 +311,11 @@ register_preset(
     "routing_transformer_small_top2",
     RoutingTransformerLM,
     RoutingTransformerConfig(
-        **{**_SMALL, "position": "rotary"}, n_local_heads=6, n_routing_layers=2, routing="causal"
+        **{**_SMALL, "position": "rotary"}, n_local_heads=6, n_routing_layers=2, routing="causal",
+        shift_keys=True, routing_score_scale=1.0,
     ),
     "the paper's PG-19 layout at small size: 8 rotary local heads (window 128) per layer, of which "
-    "the top 2 layers route 2 (causal routing, k=32), context 4096",
+    "the top 2 layers route 2 (causal routing, k=32, shifted keys, unscaled scores), context 4096",
 )
 register_preset(
     "routing_transformer_small_dense",

@@ -290,7 +290,7 @@ def _training_section(facts: dict[str, Any], cfg: dict[str, Any], task: str) -> 
     windows = training_windows(
         facts.get("data", {}), cfg.get("max_seq_len"), facts.get("stages"), unit
     )
-    tokens, wall = facts.get("tokens"), facts.get("wall_time_s")
+    tokens, wall, why = facts.get("tokens"), facts.get("wall_time_s"), facts.get("wall_time_note")
     return f"""## Training
 
 | quantity | value |
@@ -298,7 +298,7 @@ def _training_section(facts: dict[str, Any], cfg: dict[str, Any], task: str) -> 
 | optimizer steps | {facts.get("optimizer_steps")} |
 | training windows | {windows} |
 | tokens | {f"{tokens:,}" if tokens else "unknown"} |
-| wall time | {f"{wall:,.0f} s ({tokens / wall:,.0f} tokens/s)" if wall and tokens else "unknown"} |
+| wall time | {f"{wall:,.0f} s ({tokens / wall:,.0f} tokens/s)" if wall and tokens else why or "unknown"} |
 | hardware | {facts.get("hardware") or "unknown"} |
 | precision | {facts.get("precision") or "unknown"} |
 | optimisation | {json.dumps(facts.get("optimization", {}))} |
