@@ -163,6 +163,11 @@ RUNS_256 = {
         {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32},
         "as routing_causal_32_shift with the last 32 cluster members attended (not 256 / k = 8)",
     ),
+    "routing_causal_32_k8_shift": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 8, "shift_keys": True},
+        "as routing_causal_32_shift with k = 8 clusters (the last 256 / 8 = 32 members attended)",
+    ),
     "routing_causal_32_k1_shift": (
         "routing_transformer_small_causal",
         {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
