@@ -49,6 +49,16 @@ RUNS = {
         "routing_transformer_small_causal", {"n_local_heads": 2},
         "2 local heads (window 128) + 2 causal content-routing heads (k = 32) per layer",
     ),
+    # shifted keys (docs §11e): a routing head's key at s is its query at s - 1
+    "routing_causal_shift": (
+        "routing_transformer_small_causal", {"n_local_heads": 2, "shift_keys": True},
+        "routing_causal with shifted keys (key at s = query at s - 1)",
+    ),
+    "routing_causal_shift_top1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "shift_keys": True, "n_routing_layers": 1},
+        "routing_causal_shift with routing heads in layer 1 only (layer 0: 4 local heads)",
+    ),
     "local_128": (
         "routing_transformer_small_local", {"n_local_heads": 4},
         "4 local heads (sliding window 128) per layer: reach 128 per layer",
@@ -162,6 +172,32 @@ RUNS_256 = {
         "routing_transformer_small_causal",
         {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32},
         "as routing_causal_32_shift with the last 32 cluster members attended (not 256 / k = 8)",
+    ),
+    "routing_causal_32_shift_cw32_scale1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32,
+         "routing_score_scale": 1.0},
+        "as routing_causal_32_shift_cw32 with scores q·k unscaled (top2 v3's stage 3 setting)",
+    ),
+    # layer 0 all local: the routing heads (layer 1 only) match queries that carry the bytes
+    # before them, where layer 0's routing heads match a byte alone (docs §11e)
+    "routing_causal_32_shift_cw32_top1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32,
+         "n_routing_layers": 1},
+        "as routing_causal_32_shift_cw32 with routing heads in layer 1 only (layer 0: 4 local)",
+    ),
+    "routing_causal_32_shift_cw32_scale1_top1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32,
+         "routing_score_scale": 1.0, "n_routing_layers": 1},
+        "as routing_causal_32_shift_cw32_scale1 with routing heads in layer 1 only",
+    ),
+    "routing_causal_32_k8_shift_top1": (
+        "routing_transformer_small_causal",
+        {"n_local_heads": 2, "window": 32, "n_clusters": 8, "shift_keys": True,
+         "n_routing_layers": 1},
+        "as routing_causal_32_k8_shift with routing heads in layer 1 only (layer 0: 4 local)",
     ),
     "routing_causal_32_k8_shift": (
         "routing_transformer_small_causal",
