@@ -10,7 +10,8 @@ Two settings:
   pg19mini test windows; ``CKPT D``;
 - ``--task``: the test examples of the long-range task the checkpoint was trained on (the copy
   task of ``experiments/long_range/copy_256.yaml``), every scored byte, with the byte accuracy
-  split by whether any routing head of the last routing layer has the source in its window.
+  split, layer by layer, by whether a head has the source in its window and a rival beside it
+  (an attended earlier copy of the query's byte followed by another byte).
 
     python experiments/long_range/attention_on_source.py RUN/checkpoints/best.ckpt 1024
     python experiments/long_range/attention_on_source.py RUN/checkpoints/best.ckpt --task
@@ -26,11 +27,11 @@ from zoo.data.byte_corpora import load_byte_corpus
 from zoo.tasks import CausalLM
 
 
-def source_rows(model, x, pairs, rows) -> None:
+def source_rows(model, x, pairs, rows) -> torch.Tensor:
     """Append, per ``(layer, head)`` of each routing layer, ``(same cluster, in window, weight on
     source, members attended, rival)`` for every ``(b, t, u)`` in ``pairs`` (query ``t`` of
     sequence ``b``, source key ``u``) to ``rows``; a rival is an attended member other than ``u``
-    whose byte is the query's and whose next byte is not ``t``'s next (``t + 1`` must exist).
+    whose byte is the query's and whose next byte is not ``t``'s next (none when ``t`` is last).
     Returns the model's ``(B, T, 256)`` logits."""
     inputs = {}
     hooks = [
@@ -42,7 +43,8 @@ def source_rows(model, x, pairs, rows) -> None:
         logits = model(x)
         for h in hooks:
             h.remove()
-        before = torch.arange(x.shape[1])
+        T = x.shape[1]
+        before = torch.arange(T)
         for i, h_in in inputs.items():
             attn = model.blocks[i].attention
             q, _ = attn.scaled(*attn.project(h_in)[3:5])  # (B, h, T, D)
@@ -54,7 +56,7 @@ def source_rows(model, x, pairs, rows) -> None:
                     w = torch.softmax((qh[members] @ qh[t]) * qh.shape[-1] ** -0.5, 0)
                     hit = members == u
                     rivals = members[~hit]  # same byte as the query, another byte after it
-                    rival = bool(
+                    rival = t + 1 < T and bool(
                         ((x[b, rivals] == x[b, t]) & (x[b, rivals + 1] != x[b, t + 1])).any()
                     )
                     row = (bool(ch[u] == ch[t]), bool(hit.any()), float(w[hit].sum()), len(members),
