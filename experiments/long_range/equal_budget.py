@@ -204,6 +204,16 @@ RUNS_256 = {
         {"n_local_heads": 2, "window": 32, "n_clusters": 8, "shift_keys": True},
         "as routing_causal_32_shift with k = 8 clusters (the last 256 / 8 = 32 members attended)",
     ),
+    # the Sparse Transformer's patterns with stride 32: one step reaches the last 32 positions
+    # (A1) or every 32nd (A2), so content copy only at d = 0 or 1 (mod 32) (docs §12a)
+    "strided_32": (
+        "sparse_transformer_small_strided", {"stride": 32},
+        "Sparse Transformer strided pattern, stride 32 (A1 the last 32, A2 every 32nd)",
+    ),
+    "fixed_32": (
+        "sparse_transformer_small", {"stride": 32, "c": 8},
+        "Sparse Transformer fixed pattern, stride 32, c = 8, merged heads",
+    ),
     "routing_causal_32_k1_shift": (
         "routing_transformer_small_causal",
         {"n_local_heads": 2, "window": 32, "n_clusters": 1, "causal_window": 256,
@@ -211,7 +221,8 @@ RUNS_256 = {
         "as routing_causal_32_k1 (dense content-only heads) with shifted keys",
     ),
 }  # fmt: skip
-TABLES = {"copy_256.yaml": RUNS_256}  # base config -> its runs (default: RUNS)
+# base config -> its runs (default: RUNS)
+TABLES = {"copy_256.yaml": RUNS_256, "copy_256_lattice32.yaml": RUNS_256}
 
 
 def runs_of(base: Path) -> dict:
@@ -294,6 +305,7 @@ def _score(name, seed, steps, folder, wall, reach, note, preset, model_config) -
                 "span",
                 "cue",
                 "min_distance",
+                "distance_multiple",
             )
         },
         "name": name,
@@ -340,6 +352,8 @@ def report(runs: Path, out: Path) -> None:
                f"of {task['value_len']} digit(s)" if task["task"] == "mqar" else
                f"copy, {task['seq_len']:,} bytes, {task['n_pairs']} span(s) of {task['span']} "
                f"random bytes, cue {task['cue']}")  # fmt: skip
+    if task.get("distance_multiple", 1) > 1:
+        setting += f", distances at multiples of {task['distance_multiple']} only"
     lines = [
         f"Byte accuracy of {what}, by distance {where} (bytes); chance "
         f"{results[0]['chance']:.3f}. {setting}; "

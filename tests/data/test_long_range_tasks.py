@@ -12,7 +12,12 @@ from fakes import word_salad
 from torch import nn
 
 from zoo.cli import main
-from zoo.data import LongRangeTaskDataModule, task_accuracy_by_distance
+from zoo.data import (
+    LongRangeTaskDataModule,
+    long_range_tasks,
+    task_accuracy_by_distance,
+    task_hits,
+)
 from zoo.data.byte_corpora import PG19MINI_TEST, PG19MINI_TRAIN, PG19MINI_VALID
 from zoo.data.long_range import FreshOrder
 from zoo.data.long_range_tasks import KEYS, LETTERS, VALUES
@@ -142,6 +147,30 @@ def test_mqar_distances_are_log_uniform_and_the_items_never_overlap():
     assert len(counts) == 6 and counts.min() > 0.7 * counts.mean()
 
 
+def test_distance_multiple_draws_only_multiples_and_every_one_of_them():
+    settings = dict(COPY, min_distance=100, max_distance=700, distance_multiple=128)
+    data = LongRangeTaskDataModule(**settings).examples("train")
+    examples = [data.example(i) for i in range(60)]
+    assert all(intervals_disjoint(e, 32) for e in examples)
+    d = np.concatenate([e.distance for e in examples])
+    assert set(d.tolist()) == {128, 256, 384, 512, 640}  # 100 and 700 round inwards
+    plain = LongRangeTaskDataModule(**dict(COPY, min_distance=100, max_distance=700))
+    assert (
+        np.concatenate([plain.examples("train").example(i).distance for i in range(20)]) % 128
+    ).any()
+
+
+def test_a_crowded_sequence_falls_back_to_multiples_that_fit(monkeypatch):
+    monkeypatch.setattr(long_range_tasks, "_log_uniform", lambda rng, lo, hi: hi)  # never fits
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        first, second = long_range_tasks.place(rng, 300, 3, 32, 32, 256, multiple=32)
+        d = second - first
+        assert d[0] == 256 and (d % 32 == 0).all() and (d[1:] < 256).all()
+        spans = np.sort(np.concatenate([first, second]))
+        assert (np.diff(spans) >= 32).all()
+
+
 @pytest.mark.parametrize("task, n_pairs", [("mqar", 64), ("copy", 16)])
 def test_8192_bytes_with_many_items(task, n_pairs):
     dm = LongRangeTaskDataModule(task=task, seq_len=8192, n_pairs=n_pairs, min_distance=64)
@@ -190,6 +219,16 @@ def test_an_oracle_cut_to_64_positions_is_right_below_64_and_wrong_beyond():
     assert "| 64–127 |" in r.table() and "chance 0.1000" in r.table()
 
 
+def test_task_hits_gives_every_items_distance_and_its_bytes_right():
+    dm = LongRangeTaskDataModule(**MQAR)
+    d, right, total = task_hits(LongestMatchOracle(reach=64), dm, "valid", batch_size=16)
+    assert d.shape == right.shape == total.shape == (64 * 16,) and (total == 2).all()
+    assert (right[d < 64] == 2).all() and right[d >= 64].sum() < 0.1 * total[d >= 64].sum()
+    assert sorted(d.tolist()) == sorted(
+        np.concatenate([e.distance for e in map(dm.examples("valid").example, range(64))]).tolist()
+    )
+
+
 def test_pg19_repeats_plants_spans_in_the_training_books_and_scores_every_byte(salad_books):
     dm = LongRangeTaskDataModule(task="pg19_repeats", seq_len=1024, n_pairs=2, rate=0.5,
                                  data_dir=str(salad_books), n_eval=8, batch_size=2)  # fmt: skip
@@ -225,6 +264,11 @@ def test_pg19_repeats_plants_spans_in_the_training_books_and_scores_every_byte(s
         (dict(min_distance=500, max_distance=400), "max_distance=400 is below min_distance=500"),
         (dict(task="pg19_repeats", rate=1.5), "rate must be in [0, 1]"),
         (dict(n_pairs=0), "n_pairs must be a positive integer"),
+        (
+            dict(min_distance=300, max_distance=380, distance_multiple=128),
+            "no multiple of distance_multiple=128 lies in [300, 380]",
+        ),
+        (dict(distance_multiple=0), "distance_multiple must be a positive integer"),
     ],
 )
 def test_bad_settings_are_a_one_line_error_at_construction(settings, message):

@@ -31,6 +31,7 @@ __all__ = [
     "LongRangeTaskDataModule",
     "TaskAccuracy",
     "task_accuracy_by_distance",
+    "task_hits",
 ]
 
 
@@ -69,6 +70,8 @@ class LongRangeTaskDataModule(LightningDataModule):
         cue: copy, pg19_repeats: the second copy's first bytes, not scored.
         min_distance: the shortest distance (bytes, start to start); ``None``: the item's width.
         max_distance: the longest distance; ``None``: ``seq_len`` minus the item's width.
+        distance_multiple: draw only distances that are multiples of this (1: every distance;
+            the stride, for a strided pattern: docs/long_context.md §12).
         alphabet: ``letters`` (lowercase) or ``bytes``: the filler of mqar and copy, and the
             spans of copy and pg19_repeats.
         rate: pg19_repeats: the probability that a training window gets repeats.
@@ -100,6 +103,7 @@ class LongRangeTaskDataModule(LightningDataModule):
         cue: int = 8,
         min_distance: int | None = None,
         max_distance: int | None = None,
+        distance_multiple: int = 1,
         alphabet: Literal["letters", "bytes"] = "letters",
         rate: float = 0.5,
         n_eval: int = 256,
@@ -296,9 +300,44 @@ def task_accuracy_by_distance(
         ConfigError: as :meth:`LongRangeTaskDataModule.resolve`.
     """
     spec = datamodule.resolve(model)
-    data = datamodule.examples(split)
     structure = getattr(_config(model), "structure", None)
     causal = (structure() if callable(structure) else {}).get("causal") is not False
+    distance, right, total = task_hits(
+        model, datamodule, split, batch_size=batch_size, device=device
+    )
+    bucket = 2 ** np.floor(np.log2(np.maximum(distance, 1))).astype(np.int64)
+    lower = np.unique(bucket)
+    rows = [(bucket == b) for b in lower]
+    return TaskAccuracy(
+        task=spec.task,
+        split=split,
+        seq_len=spec.seq_len,
+        lower=tuple(int(b) for b in lower),
+        items=tuple(int(r.sum()) for r in rows),
+        byte_accuracy=tuple(float(right[r].sum() / total[r].sum()) for r in rows),
+        item_accuracy=tuple(float((right[r] == total[r]).mean()) for r in rows),
+        chance=spec.chance,
+        causal=causal,
+    )
+
+
+def task_hits(
+    model: nn.Module,
+    datamodule: LongRangeTaskDataModule,
+    split: Literal["valid", "test"] = "valid",
+    *,
+    batch_size: int = 8,
+    device: str | torch.device = "cpu",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per item of ``split``'s examples: ``(distance, right, total)``, int64 ``(items,)``: its
+    distance in bytes, its scored bytes predicted right (argmax), and its scored bytes. The
+    model runs as :func:`task_accuracy_by_distance` says; that function buckets these by distance.
+
+    Raises:
+        ConfigError: as :meth:`LongRangeTaskDataModule.resolve`.
+    """
+    datamodule.resolve(model)
+    data = datamodule.examples(split)
     training = model.training
     model = model.float().to(device).eval()
     distance, right, total = [], [], []
@@ -316,18 +355,4 @@ def task_accuracy_by_distance(
                     total += [idx.shape[1]] * len(hits)
     finally:
         model.train(training)
-    distance, right, total = np.array(distance), np.array(right), np.array(total)
-    bucket = 2 ** np.floor(np.log2(np.maximum(distance, 1))).astype(np.int64)
-    lower = np.unique(bucket)
-    rows = [(bucket == b) for b in lower]
-    return TaskAccuracy(
-        task=spec.task,
-        split=split,
-        seq_len=spec.seq_len,
-        lower=tuple(int(b) for b in lower),
-        items=tuple(int(r.sum()) for r in rows),
-        byte_accuracy=tuple(float(right[r].sum() / total[r].sum()) for r in rows),
-        item_accuracy=tuple(float((right[r] == total[r]).mean()) for r in rows),
-        chance=spec.chance,
-        causal=causal,
-    )
+    return np.array(distance), np.array(right), np.array(total)

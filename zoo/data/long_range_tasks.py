@@ -36,7 +36,11 @@ Distances are drawn per item, log-uniformly over the integers in ``[min_distance
 (``P(d) ∝ log(1 + 1/d)``: about as many items in each power-of-two bucket), and each item's first
 occurrence uniformly among the places where both occurrences land on free bytes; a distance with
 no free place left is drawn again (so the distribution is the log-uniform one conditioned on
-fitting; a check at construction guarantees that ``min_distance`` always fits).
+fitting; a check at construction guarantees that ``min_distance`` always fits). With
+``distance_multiple`` = ``m`` > 1 only the multiples of ``m`` are drawn, by the same law over
+``d / m``: for a pattern that reaches far back only at multiples of a stride, such as the Sparse
+Transformer's strided attention (Child et al. 2019, §4.2), whose copy circuit
+docs/long_context.md §12 works out.
 
 Batches are ``(x, y)``, int64 ``(batch_size, seq_len)``, ``y`` = ``x`` shifted by one with ``-100``
 (:data:`IGNORE_INDEX`, which :class:`zoo.tasks.CausalLM` ignores) on the targets not scored, so
@@ -113,6 +117,7 @@ class LongRangeTask:
     max_distance: int | None = None  # None: seq_len - width (the farthest that fits)
     alphabet: str = "letters"  # filler and spans: lowercase letters, or bytes
     rate: float = 0.5  # pg19_repeats: probability that a training window gets repeats
+    distance_multiple: int = 1  # distances are drawn among the multiples of this
 
     @property
     def width(self) -> int:
@@ -130,6 +135,14 @@ class LongRangeTask:
         lo = self.width if self.min_distance is None else self.min_distance
         hi = self.seq_len - self.width if self.max_distance is None else self.max_distance
         return lo, hi
+
+    @property
+    def drawn_distances(self) -> tuple[int, int]:
+        """The shortest and longest distance drawn: :attr:`distances` rounded inwards to
+        multiples of ``distance_multiple``."""
+        lo, hi = self.distances
+        m = self.distance_multiple
+        return -(-lo // m) * m, hi // m * m
 
     @property
     def chance(self) -> float:
@@ -166,6 +179,7 @@ class LongRangeTask:
             cue=self.cue,
             min_distance=self.min_distance,
             max_distance=self.max_distance,
+            distance_multiple=self.distance_multiple,
         )
         if self.task == "mqar" and self.key_len > MAX_KEY_LEN:
             raise ConfigError(f"{name}: key_len must be at most {MAX_KEY_LEN}, got {self.key_len}")
@@ -197,6 +211,13 @@ class LongRangeTask:
             )
         if hi < lo:
             raise ConfigError(f"{name}: max_distance={hi} is below min_distance={lo}")
+        m = self.distance_multiple
+        lo, top = self.drawn_distances
+        if top < lo:
+            raise ConfigError(
+                f"{name}: no multiple of distance_multiple={m} lies in [{self.distances[0]}, "
+                f"{hi}]; widen the distances or lower distance_multiple"
+            )
         need = lo + w + 4 * (n - 1) * (2 * w - 1)  # the worst case of placing n - 1 items first
         if T < need:
             raise ConfigError(
@@ -218,7 +239,7 @@ class LongRangeTask:
             n = n if rng.random() < rate else 0
         else:
             chunk = rng.choice(self.filler(), T + 1)  # (T + 1,)
-        first, second = place(rng, T, n, w, *self.distances)
+        first, second = place(rng, T, n, w, *self.distances, multiple=self.distance_multiple)
         if self.task == "mqar":
             ids = rng.choice(len(KEYS) ** self.key_len, n, replace=False)  # distinct keys
             digits = ids[:, None] // len(KEYS) ** np.arange(self.key_len)[::-1] % len(KEYS)
@@ -241,26 +262,35 @@ class LongRangeTask:
 
 
 def place(
-    rng: np.random.Generator, seq_len: int, n: int, width: int, lo: int, hi: int
+    rng: np.random.Generator,
+    seq_len: int,
+    n: int,
+    width: int,
+    lo: int,
+    hi: int,
+    multiple: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Starts ``(first, second)``, int64 ``(n,)``, of ``n`` items of ``width`` bytes written twice
-    in ``[0, seq_len)`` without overlap, ``second - first`` in ``[lo, hi]``, drawn as the module
-    docstring says. Needs ``seq_len >= lo + width + 4 (n - 1)(2 width - 1)``
+    in ``[0, seq_len)`` without overlap, ``second - first`` a multiple of ``multiple`` in
+    ``[lo, hi]``, drawn as the module docstring says. Needs
+    ``seq_len >= lo' + width + 4 (n - 1)(2 width - 1)``, ``lo'`` the first multiple from ``lo``
     (:meth:`LongRangeTask.check`): each placed item blocks at most ``4 (2 width - 1)`` starts."""
+    lo, hi = -(-lo // multiple), hi // multiple  # in units of multiple
     busy = np.zeros(seq_len, dtype=bool)
     first, second = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for j in range(n):
         taken = np.concatenate([[0], np.cumsum(busy)])
         free = taken[width:] == taken[:-width]  # (seq_len - width + 1,) [p, p + width) is free
-        ok = _both_free(free, _log_uniform(rng, lo, hi))
+        ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
         for _ in range(8):  # usually a free place exists: the drawn distance stands
             if ok[1].any():
                 break
-            ok = _both_free(free, _log_uniform(rng, lo, hi))
+            ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
         else:  # crowded: draw among the distances that have a free place (the same law)
-            fits = np.flatnonzero(_pairs_per_lag(free)[lo : hi + 1] > 0.5) + lo
+            lags = _pairs_per_lag(free)[multiple * lo : multiple * hi + 1 : multiple]
+            fits = np.flatnonzero(lags > 0.5) + lo
             weights = np.log1p(1 / fits)
-            ok = _both_free(free, int(rng.choice(fits, p=weights / weights.sum())))
+            ok = _both_free(free, multiple * int(rng.choice(fits, p=weights / weights.sum())))
         d, starts = ok[0], np.flatnonzero(ok[1])
         p = int(rng.choice(starts))
         first[j], second[j] = p, p + d
