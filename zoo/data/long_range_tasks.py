@@ -140,9 +140,9 @@ class LongRangeTask:
     def drawn_distances(self) -> tuple[int, int]:
         """The shortest and longest distance drawn: :attr:`distances` rounded inwards to
         multiples of ``distance_multiple``."""
-        lo, hi = self.distances
         m = self.distance_multiple
-        return -(-lo // m) * m, hi // m * m
+        lo, hi = _multiples_within(*self.distances, m)
+        return lo * m, hi * m
 
     @property
     def chance(self) -> float:
@@ -275,7 +275,7 @@ def place(
     ``[lo, hi]``, drawn as the module docstring says. Needs
     ``seq_len >= lo' + width + 4 (n - 1)(2 width - 1)``, ``lo'`` the first multiple from ``lo``
     (:meth:`LongRangeTask.check`): each placed item blocks at most ``4 (2 width - 1)`` starts."""
-    lo, hi = -(-lo // multiple), hi // multiple  # in units of multiple
+    lo, hi = _multiples_within(lo, hi, multiple)  # in units of multiple
     busy = np.zeros(seq_len, dtype=bool)
     first, second = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for j in range(n):
@@ -296,6 +296,12 @@ def place(
         first[j], second[j] = p, p + d
         busy[p : p + width] = busy[p + d : p + d + width] = True
     return first, second
+
+
+def _multiples_within(lo: int, hi: int, multiple: int) -> tuple[int, int]:
+    """``(a, b)``: ``a * multiple`` and ``b * multiple`` are the first and last multiples of
+    ``multiple`` in ``[lo, hi]`` (``b < a`` when there is none)."""
+    return -(-lo // multiple), hi // multiple
 
 
 def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
