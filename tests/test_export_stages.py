@@ -105,6 +105,33 @@ def test_training_facts_record_the_extra_training_sets():
     assert "extra_train" not in training_facts(ckpt)["data"]
 
 
+def test_training_facts_record_a_long_range_task_and_the_corpus_of_its_windows():
+    """A run on LongRangeTaskDataModule (no ``dataset`` hyperparameter) records its task's
+    settings, and pg19_repeats the corpus its windows come from (top2 v3 and v4 were patched by
+    hand before)."""
+    from zoo.data import LongRangeTaskDataModule
+    from zoo.publishing.training import training_facts
+
+    dm = LongRangeTaskDataModule(task="pg19_repeats", seq_len=512, n_pairs=2, rate=0.25,
+                                 batch_size=4)  # fmt: skip
+    assert dm.dataset == "pg19mini"
+    ckpt = {
+        "global_step": 3,
+        "hyper_parameters": {},
+        "datamodule_hyper_parameters": dict(dm.hparams),
+    }
+    data = training_facts(ckpt)["data"]
+    assert (data["dataset"], data["task"], data["n_pairs"], data["rate"], data["seq_len"]) == (
+        "pg19mini", "pg19_repeats", 2, 0.25, 512)  # fmt: skip
+    mqar = LongRangeTaskDataModule(task="mqar", seq_len=256)
+    assert mqar.dataset is None
+    ckpt["datamodule_hyper_parameters"] = dict(mqar.hparams)
+    data = training_facts(ckpt)["data"]
+    assert (data["dataset"], data["task"]) == (None, "mqar")
+    ckpt["datamodule_hyper_parameters"] = {"dataset": "pg19mini", "seq_len": 256}
+    assert "task" not in training_facts(ckpt)["data"]
+
+
 def test_a_saved_model_without_golden_logits_gets_its_own_not_the_previous_versions(tmp_path):
     """Re-publishing a checkpoint from a save_pretrained folder (a GPU run's export, its golden
     logits dropped to be recorded here) must not keep the previous version's golden.json."""

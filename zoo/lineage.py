@@ -155,6 +155,7 @@ def data_checksum(datamodule: Any, splits: Iterable[str] | None = None) -> dict[
     except TypeError:
         return None
     dataset = getattr(getattr(datamodule, "hparams", None), "dataset", None)
+    dataset = dataset or getattr(datamodule, "dataset", None)  # a task's corpus (pg19_repeats)
     return {"dataset": dataset, "splits": names, "sha256": digest.hexdigest()}
 
 

@@ -27,12 +27,17 @@ from zoo.data.windows import EvalWindows, ResumableLoader, samples_done
 from zoo.errors import ConfigError
 
 __all__ = [
+    "TASK_CORPUS",
     "FreshOrder",
     "LongRangeTaskDataModule",
     "TaskAccuracy",
     "task_accuracy_by_distance",
     "task_hits",
 ]
+
+
+TASK_CORPUS: dict[str, str] = {"pg19_repeats": "pg19mini"}
+"""The byte corpus whose windows a task's examples are (the synthetic tasks have none)."""
 
 
 class FreshOrder(Sampler[int]):
@@ -138,6 +143,11 @@ class LongRangeTaskDataModule(LightningDataModule):
     def seq_len(self) -> int | None:
         return self.spec.seq_len
 
+    @property
+    def dataset(self) -> str | None:
+        """The byte corpus the task's windows come from (:data:`TASK_CORPUS`), else ``None``."""
+        return TASK_CORPUS.get(self.spec.task)
+
     def resolve(self, model: nn.Module | None = None) -> LongRangeTask:
         """The task with ``seq_len`` set (from ``model``, or the trainer's model, when it is
         ``None``) and checked.
@@ -165,7 +175,7 @@ class LongRangeTaskDataModule(LightningDataModule):
 
     def prepare_data(self) -> None:
         if self.download and self.spec.task == "pg19_repeats":
-            load_byte_corpus("pg19mini", data_dir=self.data_dir, download=True)
+            load_byte_corpus(self.dataset, data_dir=self.data_dir, download=True)
 
     def setup(self, stage: str | None = None) -> None:
         self.resolve()
@@ -180,7 +190,7 @@ class LongRangeTaskDataModule(LightningDataModule):
         missing = [s for s in splits if s not in self.splits]
         if missing:
             docs = load_byte_corpus(
-                "pg19mini", data_dir=self.data_dir, download=self.download, splits=missing
+                self.dataset, data_dir=self.data_dir, download=self.download, splits=missing
             )
             for split, raw in docs.items():
                 self.splits[split] = [np.frombuffer(d, dtype=np.uint8) for d in raw]

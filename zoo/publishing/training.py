@@ -119,7 +119,8 @@ def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) 
                 else ()
             )
         }
-        | ({"extra_train": list(dm["extra_train"])} if dm.get("extra_train") else {}),  # fmt: skip
+        | ({"extra_train": list(dm["extra_train"])} if dm.get("extra_train") else {})
+        | _task_settings(dm),  # fmt: skip
         "lineage": {
             "git_commits": summary.get("git_commits") or None,  # None: trained before recorded
             "data": summary.get("data"),
@@ -134,6 +135,24 @@ def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) 
             "torch": torch.__version__,
             "lightning": _version("lightning"),
         },
+    }
+
+
+TASK_KEYS = ("task", "n_pairs", "key_len", "value_len", "span", "cue", "min_distance",
+             "max_distance", "distance_multiple", "alphabet", "rate")  # fmt: skip
+"""The settings of :class:`zoo.data.LongRangeTaskDataModule` that ``training.json`` records."""
+
+
+def _task_settings(dm: dict[str, Any]) -> dict[str, Any]:
+    """A long-range task data module's hyperparameters: its task, the settings that define it
+    (:data:`TASK_KEYS`) and, as ``dataset``, the corpus its windows come from (``pg19mini`` for
+    ``pg19_repeats``, :data:`zoo.data.long_range.TASK_CORPUS`). ``{}`` for other data modules."""
+    if "task" not in dm:
+        return {}
+    from zoo.data.long_range import TASK_CORPUS
+
+    return {"dataset": dm.get("dataset") or TASK_CORPUS.get(dm["task"])} | {
+        k: dm[k] for k in TASK_KEYS if k in dm
     }
 
 
