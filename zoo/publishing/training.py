@@ -138,22 +138,20 @@ def training_facts(ckpt: dict[str, Any], path: str | os.PathLike | None = None) 
     }
 
 
-TASK_KEYS = ("task", "n_pairs", "key_len", "value_len", "span", "cue", "min_distance",
-             "max_distance", "distance_multiple", "alphabet", "rate")  # fmt: skip
-"""The settings of :class:`zoo.data.LongRangeTaskDataModule` that ``training.json`` records."""
-
-
 def _task_settings(dm: dict[str, Any]) -> dict[str, Any]:
-    """A long-range task data module's hyperparameters: its task, the settings that define it
-    (:data:`TASK_KEYS`) and, as ``dataset``, the corpus its windows come from (``pg19mini`` for
-    ``pg19_repeats``, :data:`zoo.data.long_range.TASK_CORPUS`). ``{}`` for other data modules."""
+    """A long-range task data module's hyperparameters: the fields of its task
+    (:class:`zoo.data.long_range_tasks.LongRangeTask`) and, as ``dataset``, the corpus its windows
+    come from (``pg19mini`` for ``pg19_repeats``, :data:`zoo.data.long_range.TASK_CORPUS`). ``{}``
+    for other data modules."""
     if "task" not in dm:
         return {}
-    from zoo.data.long_range import TASK_CORPUS
+    from dataclasses import fields
 
-    return {"dataset": dm.get("dataset") or TASK_CORPUS.get(dm["task"])} | {
-        k: dm[k] for k in TASK_KEYS if k in dm
-    }
+    from zoo.data.long_range import TASK_CORPUS
+    from zoo.data.long_range_tasks import LongRangeTask
+
+    task = {f.name: dm[f.name] for f in fields(LongRangeTask) if f.name in dm}
+    return {"dataset": dm.get("dataset") or TASK_CORPUS.get(dm["task"])} | task
 
 
 def _stage(facts: dict[str, Any], **source: str) -> dict[str, Any]:
