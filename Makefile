@@ -17,17 +17,33 @@ CKPT ?= runs/transformer_lm/pg19mini/checkpoints/best.ckpt
 PROMPT ?= It was a cold night in the village, and
 SENTENCES ?= Ein Mann fährt mit dem Fahrrad durch den Park.
 
-.PHONY: setup run train test lint
+comma := ,
 
-$(VENV)/.installed: pyproject.toml
+.PHONY: setup run train test lint lock test-latest
+
+# Every dependency at the exact version of requirements/lock.txt (the versions the suite passed
+# with), then the zoo itself without resolving anything more. The lock holds the extras too: triton
+# (the kernels on a GPU; on a CPU their tests run in Triton's interpreter), transformers and lm-eval
+# (the integrations) and the dev tools. `make lock` refreshes it; `make test-latest` tries the newest.
+LOCK := requirements/lock.txt
+EXTRAS := dev,triton,transformers,lm-eval
+
+$(VENV)/.installed: $(LOCK) pyproject.toml
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	# torch first: without it pip would resolve the CUDA build of a newer torch for lightning
-	$(BIN)/pip install -q torch==2.13.0
-	# triton: the kernels on a GPU; on a CPU their tests run in Triton's interpreter
-	$(BIN)/pip install -q -e ".[dev,triton,transformers,lm-eval]"
+	$(BIN)/pip install -q -r $(LOCK)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 setup: $(VENV)/.installed
+
+# Re-resolve the lock from pyproject.toml's ranges (pip-tools; pip's own settings find the CPU
+# build of torch that requirements/torch-cpu.txt names). Review the diff, run `make test`, commit.
+lock: setup
+	$(BIN)/pip-compile -q --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+		$(foreach e,$(subst $(comma), ,$(EXTRAS)),--extra $(e)) \
+		--constraint requirements/torch-cpu.txt --output-file $(LOCK) pyproject.toml
+	@echo "$(LOCK) refreshed: review 'git diff $(LOCK)', then 'make test' and commit it."
 
 run: setup
 	$(BIN)/zoo list
@@ -57,6 +73,17 @@ $(FASHION_MNIST):
 test: setup $(FASHION_MNIST)
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -q -n 2 --dist worksteal -m precision
+
+# The drift check (not in CI): the newest releases pyproject.toml allows, in a venv of their own
+# (torch included: the newest that pip may install here), then the suite. docs/dependencies.md
+# records the last result.
+LATEST := .venv-latest
+test-latest: $(FASHION_MNIST)
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
+	$(LATEST)/bin/pip freeze --exclude-editable > $(LATEST)/versions.txt
+	$(LATEST)/bin/python -m pytest -q -n 2 --dist worksteal -p no:cacheprovider
 
 # ruff, and the layer contract in pyproject.toml (docs/architecture.md): an upward import fails here
 lint: setup

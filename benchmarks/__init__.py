@@ -2,7 +2,7 @@
 
 Run each from the repository root (``--help`` lists its options; the tables go to docs/bench/):
 
-    python -m benchmarks.kernels           # the kernel layer: Triton vs FlexAttention, SDPA, `_ref`
+    python -m benchmarks.attention_kernels           # the kernel layer: Triton vs FlexAttention, SDPA, `_ref`
     python -m benchmarks.sparse_layer      # one attention layer, dense vs sparse, on the CPU
     python -m benchmarks.routing_lm        # a routing LM's training step, ours vs routing-transformer
     python benchmarks/import_time.py       # how long `import zoo` takes

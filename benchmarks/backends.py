@@ -11,8 +11,8 @@ dispatching op, so the numbers are those of the code path a model takes:
    fp64 spec at a small ragged shape (n = 500, 4 heads, head dim 64), within 2e-2 in bf16 and
    2e-5 in fp32. A backend that falls back (a warning) or fails is not verified here;
 2. **time**: the median of the op at ``--n`` (bf16 on a GPU, fp32 on a CPU; batch and heads as
-   ``benchmarks.kernels``): forward only for ``block_sparse_forward``, forward+backward otherwise.
-   The block-sparse ops run the fixed pattern of ``benchmarks.kernels`` with 64-blocks; routing
+   ``benchmarks.attention_kernels``): forward only for ``block_sparse_forward``, forward+backward otherwise.
+   The block-sparse ops run the fixed pattern of ``benchmarks.attention_kernels`` with 64-blocks; routing
    runs shared causal clusters of 256 random sorted positions.
 
 The last columns say which backend ``auto`` picks here and whether it is the fastest of the
@@ -34,7 +34,7 @@ import torch
 import zoo.kernels as kernels
 from zoo.kernels import masked_attention_ref, routing_attention_ref
 
-from benchmarks.kernels import cluster_indices, environment, header, pattern, shape, timer
+from benchmarks.attention_kernels import cluster_indices, environment, header, pattern, shape, timer
 
 BACKENDS = ("triton", "flex", "torch")
 TOL = {torch.bfloat16: 2e-2, torch.float32: 2e-5}

@@ -1,5 +1,5 @@
 """Launch options of the Triton kernels, measured: each kernel's time under each ``num_warps`` x
-``num_stages`` (and, for routing, tile edge), on the shapes of ``python -m benchmarks.kernels``.
+``num_stages`` (and, for routing, tile edge), on the shapes of ``python -m benchmarks.attention_kernels``.
 
     python -m benchmarks.kernel_tuning                  # GPU only: n = 4096, 16384; head dim 64
     python -m benchmarks.kernel_tuning --sizes 4096 --warps 4 8 --stages 2 3
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import (
+from benchmarks.attention_kernels import (
     CLUSTER,
     cluster_indices,
     environment,
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             rows += flex(n, d, args.block)
     env = environment()
-    env["command"] = env["command"].replace("benchmarks.kernels", "benchmarks.kernel_tuning", 1)
+    env["command"] = env["command"].replace("benchmarks.attention_kernels", "benchmarks.kernel_tuning", 1)
     text = report(rows, env)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ the benchmark is not part of the wheel)
 The other checkout's ``kernels/triton_flash.py``, ``triton_block_sparse.py`` and
 ``triton_routing.py`` are loaded beside this checkout's, each ``triton_*`` module bound to its own
 ``triton_flash``. Everything else (plans, tables, the PyTorch ops) is this checkout's. Both
-versions then run on the same inputs, at the shapes of ``python -m benchmarks.kernels``: the fixed
+versions then run on the same inputs, at the shapes of ``python -m benchmarks.attention_kernels``: the fixed
 layout (stride 512, c = one block) for block-sparse attention, shared causal clusters of 512
 random sorted positions for routing (``--cluster``: the routing presets have 128). The versions
 take turns for ``--rounds`` rounds; each time is ``triton.testing.do_bench``'s median, and the
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import zoo.kernels
 from zoo.kernels import BlockSparsePlan
 
-from benchmarks.kernels import (
+from benchmarks.attention_kernels import (
     CLUSTER,
     cluster_indices,
     environment,
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = measure(new, old, args.sizes, args.head_dim, args.block, args.rounds, args.ops,
                    args.cluster)  # fmt: skip
     env = environment()
-    env["command"] = env["command"].replace("benchmarks.kernels", "benchmarks.kernel_versions", 1)
+    env["command"] = env["command"].replace("benchmarks.attention_kernels", "benchmarks.kernel_versions", 1)
     text = report(rows, env, str(args.old))
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

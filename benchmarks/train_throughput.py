@@ -225,7 +225,7 @@ def revision(code: Path | None) -> str:
 
 def report(rows: list[dict], command: str) -> str:
     """The markdown table, headed by the device and versions."""
-    from benchmarks.kernels import environment
+    from benchmarks.attention_kernels import environment
 
     env = {**environment(), "command": command}
     lines = [f"# Training throughput: {env.pop('device')}", ""]

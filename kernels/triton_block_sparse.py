@@ -26,7 +26,6 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-from zoo.kernels import triton_flash as flash
 from zoo.kernels.block_sparse import KernelTables
 from zoo.kernels.triton_flash import (
     LOG2E,
@@ -38,6 +37,8 @@ from zoo.kernels.triton_flash import (
     softmax_finish,
     softmax_step,
 )
+
+from zoo.kernels import triton_flash as flash
 
 __all__ = ["block_sparse_attention_triton", "unsupported"]
 

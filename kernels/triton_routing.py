@@ -31,7 +31,6 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
-from zoo.kernels import triton_flash as flash
 from zoo.kernels.routing import flat_positions
 from zoo.kernels.triton_flash import (
     LOG2E,
@@ -43,6 +42,8 @@ from zoo.kernels.triton_flash import (
     softmax_finish,
     softmax_step,
 )
+
+from zoo.kernels import triton_flash as flash
 
 __all__ = [
     "ScatterPlan",

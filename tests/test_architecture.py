@@ -104,7 +104,7 @@ ckpt = "runs/transformer_lm/pg19mini/checkpoints/last.ckpt"
 task = CausalLM.load_from_checkpoint(ckpt, map_location="cpu")
 print(type(task.model).__name__,
       {{b.attention.mapping for b in task.model.blocks}},
-      torch.load(ckpt, weights_only=False)["global_step"])
+      torch.load(ckpt, weights_only=True)["global_step"])
 """
     )
     out = _run(code, tmp_path).split()

@@ -33,7 +33,7 @@ def _fit(directory, data_dir, callbacks) -> None:
 
 
 def _step(path) -> int:
-    return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
+    return torch.load(path, map_location="cpu", weights_only=True)["global_step"]
 
 
 def test_last_ckpt_holds_the_final_step_when_the_monitored_metric_stops_improving(
@@ -43,7 +43,7 @@ def test_last_ckpt_holds_the_final_step_when_the_monitored_metric_stops_improvin
     assert _step(tmp_path / "lightning" / "last.ckpt") == 2
     _fit(tmp_path / "zoo", data_dir, [FinalLastCheckpoint()])
     assert _step(tmp_path / "zoo" / "best.ckpt") == 2
-    last = torch.load(tmp_path / "zoo" / "last.ckpt", map_location="cpu", weights_only=False)
+    last = torch.load(tmp_path / "zoo" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 4 and "optimizer_states" in last  # resumable, not weights only
 
 

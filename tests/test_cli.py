@@ -194,11 +194,11 @@ def test_interrupted_fit_saves_and_resumes(tmp_path, monkeypatch):
     step = CausalLM.training_step
     ctrl_c_at_step_3(monkeypatch, "fit", *common)
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
-    first = torch.load(saved, weights_only=False)
+    first = torch.load(saved, weights_only=True)
     assert first["global_step"] == 3
     monkeypatch.setattr(CausalLM, "training_step", step)
     zoo("fit", *common, f"--ckpt_path={saved}")
-    last = torch.load(saved.with_name("last.ckpt"), weights_only=False)
+    last = torch.load(saved.with_name("last.ckpt"), weights_only=True)
     assert last["global_step"] == 6
     # the training facts of the model card carry over the resume
     before, after = first["callbacks"]["TrainingSummary"], last["callbacks"]["TrainingSummary"]
@@ -256,7 +256,7 @@ def test_sigterm_saves_and_exits_non_zero(tmp_path, monkeypatch, capsys):
     assert e.value.code == 128 + signal.SIGTERM
     assert "stopped by SIGTERM" in capsys.readouterr().err
     saved = tmp_path / "runs/transformer_lm/pg19mini/checkpoints/interrupted.ckpt"
-    assert torch.load(saved, weights_only=False)["global_step"] == 2
+    assert torch.load(saved, weights_only=True)["global_step"] == 2
 
 
 def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
@@ -269,7 +269,7 @@ def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp
     (tmp_path / "whole").mkdir()
     monkeypatch.chdir(tmp_path / "whole")
     zoo("fit", *common)
-    whole = torch.load(ckpts / "last.ckpt", weights_only=False)
+    whole = torch.load(ckpts / "last.ckpt", weights_only=True)
     (tmp_path / "resumed").mkdir()
     monkeypatch.chdir(tmp_path / "resumed")
     step = CausalLM.training_step
@@ -278,7 +278,7 @@ def test_an_interrupted_and_resumed_run_ends_where_an_uninterrupted_one_does(tmp
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*dataloader is not resumable.*")
         zoo("fit", *common, f"--ckpt_path={ckpts / 'interrupted.ckpt'}")
-    resumed = torch.load(ckpts / "last.ckpt", weights_only=False)
+    resumed = torch.load(ckpts / "last.ckpt", weights_only=True)
     assert resumed["global_step"] == whole["global_step"] == 6
     for key, value in whole["state_dict"].items():
         assert torch.equal(resumed["state_dict"][key], value), key

@@ -18,7 +18,7 @@ RECIPE = REPO / "recipes/sparse_transformer/sparse_transformer_small.pg19mini.ya
 def _edit(run: Path, **changes) -> None:
     """Change a fake run's checkpoint as a real stage would have written it."""
     path = run / "checkpoints" / "best.ckpt"
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:

@@ -18,13 +18,29 @@ def saved(tmp_path):
     return model, tmp_path
 
 
+def without_recorded_config(weights) -> None:
+    """Rewrite ``weights`` as save_pretrained wrote it before it recorded the config in the
+    safetensors metadata (the tensors and the tied-weight entries kept)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(weights), framework="pt") as f:
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+        metadata = f.metadata()
+    del metadata["zoo_config"]
+    save_file(tensors, str(weights), metadata=metadata)
+
+
 @pytest.fixture
 def unverified(saved):
-    """A folder without manifest.json (saved before manifests existed): loads with a warning, and
-    the checks inside the loader still stop whatever is wrong with it."""
+    """A folder without manifest.json whose weights record no config (saved before either
+    existed): loads with one warning, and the checks inside the loader still stop whatever is
+    wrong with it."""
     (saved[1] / "manifest.json").unlink()
-    with pytest.warns(UnverifiedWeightsWarning, match="no manifest.json"):
+    without_recorded_config(saved[1] / "model.safetensors")
+    with pytest.warns(UnverifiedWeightsWarning, match="no manifest.json") as record:
         yield saved
+    assert len(record) == 1, [str(w.message) for w in record]
 
 
 def test_config_json_is_readable(saved):

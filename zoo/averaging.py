@@ -111,12 +111,17 @@ def last_checkpoints(directory: str | os.PathLike, n: int) -> list[Path]:
     first.
 
     Raises:
-        ConfigError: fewer than ``n`` checkpoints, or two files of the same step (a checkpoint would
-            count twice: keep periodic checkpoints in a directory of their own).
+        ConfigError: ``n`` below 1, fewer than ``n`` checkpoints, or two files of the same step (a
+            checkpoint would count twice: keep periodic checkpoints in a directory of their own).
     """
     directory = Path(directory)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(
+            f"n (--last) is {n!r}: average the last 1 or more checkpoints (the paper: 5, its "
+            "big models 20)"
+        )
     files = sorted(directory.glob("*.ckpt"))
-    if n < 1 or len(files) < n:
+    if len(files) < n:
         raise ConfigError(
             f"{directory} has {len(files)} checkpoint(s); averaging the last {n} needs at least "
             f"{max(n, 1)}. Save them during training (ModelCheckpoint every_n_train_steps, "
@@ -139,23 +144,35 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], progress: bool = Fal
     everything else).
 
     Floating-point tensors are averaged in float64 and cast back to their dtype; other tensors
-    (integer buffers) must be equal in every checkpoint.
+    (integer buffers) must be equal in every checkpoint. Each checkpoint counts once: the same file
+    named twice (again, through ``./`` or a symlink) is refused, and so are two files of the same
+    ``global_step`` (a copy of one checkpoint, or ``best.ckpt`` beside the periodic one it
+    duplicates), which would weigh that step double.
 
     Raises:
+        ConfigError: no paths, or a checkpoint named twice (the same file, or the same step).
         CheckpointError: an unreadable file, or checkpoints of different models: their saved
             hyperparameters (:func:`model_settings`, the first differing setting named), tensor
             names or shapes.
     """
     paths = [Path(p) for p in paths]
     if not paths:
-        raise ConfigError("no checkpoints to average")
+        raise ConfigError("no checkpoints to average: name two or more .ckpt files, or a directory")
+    _check_distinct_files(paths)
     total: dict[str, torch.Tensor] = {}
     first: dict[str, torch.Tensor] = {}
     first_hparams: Any = None
     steps: list[int] = []
     for path in track(paths, description="averaging", disable=not progress, transient=True):
         ckpt = _load(path)
-        steps.append(int(ckpt.get("global_step", -1)))
+        step = int(ckpt.get("global_step", -1))
+        if step >= 0 and step in steps:
+            twin = paths[steps.index(step)]
+            raise ConfigError(
+                f"{twin} and {path} are both from step {step}: the same checkpoint twice (a "
+                "copy?) would count double; average checkpoints of different steps."
+            )
+        steps.append(step)
         state = ckpt["state_dict"]
         if not first:
             first, first_hparams = state, ckpt.get("hyper_parameters")
@@ -190,6 +207,23 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], progress: bool = Fal
         "global_steps": steps,
     }
     return out
+
+
+def _check_distinct_files(paths: Sequence[Path]) -> None:
+    """Refuse a file named twice in ``paths``, however spelled (``./``, ``..``, a symlink)."""
+    seen: dict[tuple[int, int] | Path, Path] = {}
+    for path in paths:
+        try:
+            st = path.stat()
+            key: tuple[int, int] | Path = (st.st_dev, st.st_ino)
+        except OSError:  # missing: _load says so
+            key = path.resolve()
+        if key in seen:
+            raise ConfigError(
+                f"{seen[key]} and {path} are the same file: averaging a checkpoint with itself "
+                "gives it back; name each checkpoint once."
+            )
+        seen[key] = path
 
 
 def save_average(

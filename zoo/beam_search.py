@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Literal
 
 import torch
@@ -32,7 +33,8 @@ from rich.progress import Progress
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, SequenceTooLongError
+from zoo.memory import check_decoding_memory
 
 __all__ = [
     "PAPER_DECODING",
@@ -65,9 +67,10 @@ class Hypothesis:
 
 
 def _max_lengths(src: Tensor, pad_id: int, max_len_a: float, max_len_b: int, limit: int) -> Tensor:
-    """Per sentence: ``a * (source tokens) + b`` output tokens, at most ``limit``; ``(B,)`` int64."""
-    src_len = (src != pad_id).sum(-1)
-    return (max_len_a * src_len + max_len_b).long().clamp(1, limit)
+    """Per sentence: ``a * (source tokens) + b`` output tokens, at most ``limit``; ``(B,)`` int64.
+    Clamped before the cast to integers, so a huge ``a`` or ``b`` means ``limit``, not overflow."""
+    src_len = (src != pad_id).sum(-1).double()
+    return (max_len_a * src_len + min(max_len_b, limit)).clamp(1, limit).long()
 
 
 @torch.no_grad()
@@ -87,9 +90,16 @@ def beam_search(
     Returns, per sentence, its ``beam_size`` finished hypotheses, best first. The output length is
     at most ``max_len_a * source_length + max_len_b`` tokens (EOS included), and at most what the
     model's positions allow.
+
+    Raises:
+        ConfigError: a setting out of range (:func:`check_decoding`), or ``B * beam_size``
+            hypotheses whose caches would not fit in memory (:func:`zoo.memory.check_decoding_memory`).
     """
+    check_decoding(beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
     c = model.config
     B, K, device = src.shape[0], beam_size, src.device
+    fix = "use a smaller beam_size (--beam-size) or batch_size (--batch-size)"
+    check_decoding_memory(model, B * K, 1, source_len=src.shape[1], fix=fix)
     limits = _max_lengths(src, c.pad_id, max_len_a, max_len_b, c.max_seq_len)  # (B,)
     memory, src_mask = model.encode(src)
     rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) -> its sentence
@@ -160,9 +170,17 @@ def greedy_search(
     max_len_b: int = 50,
 ) -> list[tuple[int, ...]]:
     """The most probable next token at every step, batched: per sentence, its tokens (without BOS,
-    ending with EOS), at most ``max_len_a * source_length + max_len_b`` of them."""
+    ending with EOS), at most ``max_len_a * source_length + max_len_b`` of them.
+
+    Raises:
+        ConfigError: a setting out of range (:func:`check_decoding`), or a batch whose caches would
+            not fit in memory (:func:`zoo.memory.check_decoding_memory`).
+    """
+    check_decoding(max_len_a=max_len_a, max_len_b=max_len_b)
     c = model.config
     B, device = src.shape[0], src.device
+    fix = "translate fewer sentences at once (--batch-size)"
+    check_decoding_memory(model, B, 1, source_len=src.shape[1], fix=fix)
     limits = _max_lengths(src, c.pad_id, max_len_a, max_len_b, c.max_seq_len)
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask)
@@ -239,7 +257,8 @@ def check_decoding(
 
     Raises:
         ConfigError: (a ``ValueError``) naming the first bad value, its flag and what would work:
-            a decoding other than beam or greedy, ``beam_size < 1``, ``batch_size < 1``, an
+            a value of the wrong type (a sized setting that is not a whole number), a decoding
+            other than beam or greedy, ``beam_size < 1``, ``batch_size < 1``, an
             ``alpha`` or ``max_len_a`` below 0 or not finite, ``max_len_b < 0``, or both max
             lengths 0 (no room for a single output token).
     """
@@ -248,6 +267,13 @@ def check_decoding(
         raise ConfigError(f"{name} (--{name.replace('_', '-')}) is {value!r}: {fix}")
 
     length = "an output has at most max_len_a * source length + max_len_b tokens"
+    for name, value in (("beam_size", beam_size), ("batch_size", batch_size),
+                        ("max_len_b", max_len_b)):  # fmt: skip
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)):
+            bad(name, value, "use a whole number")
+    for name, value in (("alpha", alpha), ("max_len_a", max_len_a)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Real)):
+            bad(name, value, "use a number")
     if decoding is not None and decoding not in ("beam", "greedy"):
         bad("decoding", decoding, "use 'beam' or 'greedy'")
     if beam_size is not None and beam_size < 1:
@@ -341,9 +367,11 @@ def translate(
 
     Raises:
         ConfigError: (a ``ValueError``) a setting out of range, such as ``beam_size < 1`` or
-            ``batch_size < 1`` (:func:`check_decoding`).
-        ValueError: no tokenizer, or a sentence longer than the model's ``max_seq_len`` tokens
-            (the message gives its index; nothing is translated).
+            ``batch_size < 1`` (:func:`check_decoding`), or a batch of ``batch_size * beam_size``
+            hypotheses that would not fit in memory (:func:`zoo.memory.check_decoding_memory`).
+        SequenceTooLongError: (a ``ValueError``) a sentence longer than the model's
+            ``max_seq_len`` tokens (the message gives its index; nothing is translated).
+        ValueError: no tokenizer.
     """
     settings = decoding_settings(model, decoding=decoding, beam_size=beam_size, alpha=alpha,
                                  max_len_a=max_len_a, max_len_b=max_len_b)  # fmt: skip
@@ -357,12 +385,17 @@ def translate(
     too_long = [(i, len(ids)) for i, ids in encoded.items() if len(ids) > limit]
     if too_long:
         i, n = too_long[0]
-        raise ValueError(
+        raise SequenceTooLongError(
             f"sentence {i} has {n} tokens but the model takes at most max_seq_len={limit} "
             f"({len(too_long)} sentence(s) too long): split it into shorter sentences"
         )
     order = sorted((i for i, ids in encoded.items() if ids), key=lambda i: -len(encoded[i]))
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if batches:  # the largest batch, checked before the progress bar draws (its beam_search too)
+        beams = settings["beam_size"] if settings["decoding"] == "beam" else 1
+        fix = "use a smaller beam_size (--beam-size) or batch_size (--batch-size)"
+        check_decoding_memory(model, len(batches[0]) * beams, 1,
+                              source_len=len(encoded[batches[0][0]]), fix=fix)  # fmt: skip
     device = next(model.parameters()).device
     pad_id = model.config.pad_id
     out = [""] * len(sentences)
@@ -407,8 +440,9 @@ def translate_with_attention(
 
     Raises:
         ConfigError: (a ``ValueError``) a decoding setting out of range (:func:`check_decoding`).
-        ValueError: no tokenizer, an empty, whitespace-only or too long sentence, or a model that
-            cannot report its attention.
+        SequenceTooLongError: (a ``ValueError``) a sentence longer than ``max_seq_len`` tokens.
+        ValueError: no tokenizer, an empty or whitespace-only sentence, or a model that cannot
+            report its attention.
     """
     if not hasattr(model, "attention_weights"):
         raise ValueError(f"{type(model).__name__} does not report its attention weights")
@@ -419,9 +453,9 @@ def translate_with_attention(
     if not ids:
         raise ValueError("the sentence to draw is empty (or only whitespace)")
     if len(ids) > model.config.max_seq_len:
-        raise ValueError(
+        raise SequenceTooLongError(
             f"the sentence has {len(ids)} tokens but the model takes at most "
-            f"max_seq_len={model.config.max_seq_len}"
+            f"max_seq_len={model.config.max_seq_len}: split it into shorter sentences"
         )
     device = next(model.parameters()).device
     was_training = model.training

@@ -13,6 +13,7 @@
 - ``zoo pattern NAME --out FILE.png``: draw an attention pattern of the catalogue (like Figure 3 of
   the Sparse Transformer paper).
 - ``zoo bench | verify``: time and memory on this machine; golden logits of a published model.
+- ``zoo migrate CKPT``: record the architecture in a ``.ckpt`` written before it was recorded.
 
 This module only parses the command and calls it: :data:`COMMANDS` names the module and function
 of each (under :mod:`zoo.commands`), imported only when that command runs.
@@ -45,6 +46,10 @@ commands:
   pattern                 draw an attention pattern to PNG (see `zoo pattern --help`)
   verify                  recompute a published model's golden logits and report any drift
   bench                   time and memory of a checkpoint on this machine (bench.md/.json/.png)
+  migrate                 record the architecture in an older .ckpt you trust (docs/security.md)
+
+A recipe may name classes of the zoo, Lightning and torch.optim; add --allow_class_path PREFIX to
+fit | validate | test | predict for others you trust (docs/security.md).
 
 examples:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
@@ -109,6 +114,7 @@ COMMANDS = {  # command -> (module, function taking the remaining arguments), im
     "push": ("zoo.commands.push", "push_main"),
     "bench": ("zoo.commands.bench", "bench_main"),
     "verify": ("zoo.commands.verify", "verify_main"),
+    "migrate": ("zoo.commands.migrate", "migrate_main"),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from typing import Any, ClassVar, Literal, Self
 
 from zoo.errors import ConfigError
 
-__all__ = ["ModelConfig", "require_positive", "suggest"]
+__all__ = ["ModelConfig", "available_memory", "check_memory", "require_positive", "suggest"]
 
 
 def suggest(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
@@ -147,3 +148,77 @@ class ModelConfig:
         """A copy with ``overrides`` applied; unknown keys are an error."""
         self.check_keys(overrides)
         return dataclasses.replace(self, **overrides)
+
+    def memory_estimate(self) -> tuple[int, int]:
+        """``(parameters, activation_bytes)`` of a model of this config, from the config alone
+        (nothing is allocated): the embedding and each layer's attention and feed-forward matrices
+        (``vocab_size * d_model + layers * (4 * d_model**2 + 2 * d_model * d_ff)``, with layers the
+        ``n_layers`` or encoder and decoder layers), and the fp32 activations of one
+        ``max_seq_len`` window at batch 1 in inference (the logits and one layer's residual and
+        feed-forward widths). Biases, norms, positions and untied heads are left out: for every
+        registered preset it is within 1% above, or below, the true count, so a config it refuses
+        cannot fit. A family whose sizes are not in the shared vocabulary overrides it."""
+        d = getattr(self, "d_model", 0)
+        width = getattr(self, "d_embedding", d)  # the LSTM's embeddings are their own width
+        layers = sum(getattr(self, k, 0) for k in ("n_layers", "n_encoder_layers",
+                                                   "n_decoder_layers"))  # fmt: skip
+        d_ff, vocab = getattr(self, "d_ff", 0), getattr(self, "vocab_size", 0)
+        parameters = vocab * width + layers * (4 * d * d + 2 * d * d_ff)
+        activations = 4 * getattr(self, "max_seq_len", 0) * (vocab + 4 * d + d_ff)
+        return parameters, activations
+
+
+def available_memory(device: str = "cpu") -> int | None:
+    """Bytes a new model may take on ``device``: for the CPU, ``MemAvailable`` of
+    ``/proc/meminfo`` (Linux), else the free physical pages (``os.sysconf``); for CUDA, the free
+    memory of the device. ``None`` when unknown (``meta`` allocates nothing)."""
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch  # only here: this module imports nothing heavy
+
+        try:
+            return torch.cuda.mem_get_info(torch.device(device))[0]
+        except (RuntimeError, AssertionError):  # no CUDA in this build: the constructor says so
+            return None
+    if kind != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_memory(config: ModelConfig, owner: str, device: str = "cpu") -> None:
+    """Refuse ``config`` before a model of it is allocated on ``device`` if its
+    :meth:`~ModelConfig.memory_estimate` (parameters in fp32, plus activations) exceeds
+    :func:`available_memory` (``n_layers: 1000000``, ``d_model: 1000000``); ``owner`` (the file
+    or call the config comes from) starts the message.
+
+    Raises:
+        ConfigError: one line with the estimate in GiB, the memory available and the size fields.
+    """
+    parameters, activations = config.memory_estimate()
+    needed = 4 * parameters + activations
+    free = available_memory(device)
+    if free is None or needed <= free:
+        return
+    sizes = ", ".join(
+        f"{k} {getattr(config, k)}"
+        for k in ("n_layers", "n_encoder_layers", "n_decoder_layers", "d_model", "d_embedding",
+                  "d_hidden", "d_ff", "vocab_size", "max_seq_len")
+        if k in config.field_names()
+    )  # fmt: skip
+    gib = 2**30
+    raise ConfigError(
+        f"{owner}: a model of this config needs about {needed / gib:,.1f} GiB "
+        f"({parameters:.3g} parameters in fp32, {activations / gib:,.1f} GiB of activations for "
+        f"one {getattr(config, 'max_seq_len', '?')}-position window) but {device} has "
+        f"{free / gib:,.1f} GiB available ({sizes}); reduce these sizes"
+    )

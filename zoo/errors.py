@@ -17,6 +17,7 @@ __all__ = [
     "RetiredCheckpointWarning",
     "SequenceTooLongError",
     "UnknownModelError",
+    "UnsafePathError",
     "ZooError",
     "ZooWarning",
 ]
@@ -70,6 +71,13 @@ class ChecksumError(CheckpointError):
             f"the file has {actual}. The file is truncated, corrupt or was changed; nothing was "
             f"loaded.{(' ' + hint) if hint else ''}"
         )
+
+
+class UnsafePathError(CheckpointError):
+    """A file name taken from data (a manifest, the registry, a Hub listing, a command-line name)
+    leads outside its folder, or names a symlink out of it or a file that is not a regular file
+    (:func:`zoo.files.contained_path`); it was refused before anything was opened, hashed,
+    uploaded or deleted."""
 
 
 class RegistryError(ConfigError):

@@ -290,16 +290,15 @@ def evaluate_images(
 def _translation_model(source: str | os.PathLike):
     """``(model, training facts)`` of a translation ``.ckpt``, run directory, published name, repo
     id or saved folder; the facts hold ``averaged_from`` and the data's languages when known."""
-    import torch
-
     from zoo.hub import resolve
     from zoo.pretrained import from_pretrained
     from zoo.tasks import Translation
+    from zoo.tasks.checkpoint import read_checkpoint
 
     ckpt = find_checkpoint(source)
     if ckpt is not None:
         model = load_task(ckpt, Translation).model.eval()
-        saved = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        saved = read_checkpoint(ckpt)
         data = saved.get("datamodule_hyper_parameters") or {}
         return model, {"averaged_from": saved.get("averaged_from"), "data": dict(data)}
     folder, _ = resolve(source)

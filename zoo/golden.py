@@ -151,14 +151,28 @@ def verify(
         golden: the ``golden.json`` to compare with (default: the checkpoint's own).
 
     Raises:
-        ConfigError: an unknown dtype; CheckpointError: the checkpoint has no ``golden.json``
-        (published before golden logits existed: export it again) or the file is not one.
+        ConfigError: an unknown dtype, a device this machine does not have, or a ``tolerance``
+        that is NaN, infinite or below 0 (with which every model or none would pass);
+        CheckpointError: the checkpoint has no ``golden.json`` (published before golden logits
+        existed: export it again) or the file is not one.
     """
+    import math
+
     from zoo.hub.download import resolve
-    from zoo.pretrained import from_pretrained
+    from zoo.pretrained import device_problem, from_pretrained
 
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    if tolerance is not None and not (
+        isinstance(tolerance, int | float) and math.isfinite(tolerance) and tolerance >= 0
+    ):
+        raise ConfigError(
+            f"tolerance (--tolerance) is {tolerance!r}: use a finite number >= 0 (default per "
+            f"dtype: {', '.join(f'{k} {v:g}' for k, v in TOLERANCE.items())})"
+        )
+    problem = device_problem(device, cpu="'cpu'")
+    if problem is not None:
+        raise ConfigError(f"device (--device) {device!r} {problem}")
     if isinstance(source, nn.Module):
         model, path = source, golden
     else:

@@ -17,18 +17,15 @@ __all__ = ["TASK_COMMANDS", "checkpoint_task", "extended", "load_model", "load_t
 
 def checkpoint_task(path: str | os.PathLike):
     """The :mod:`zoo.tasks` class a Lightning checkpoint was saved from (its hyperparameters'
-    ``_class_path``), read without running any of its code; ``None`` if it names none."""
-    import torch
-
-    from zoo import tasks
+    ``_class_path``, one of :data:`zoo.tasks.checkpoint.TASK_CLASS_PATHS`), read as data without
+    running any of its code; ``None`` if it names none or cannot be read."""
+    from zoo.errors import ZooError
+    from zoo.tasks.checkpoint import read_checkpoint, saved_task
 
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        class_path = str(ckpt["hyper_parameters"]["_class_path"])
-    except Exception:
+        return saved_task(read_checkpoint(path), path)
+    except ZooError:
         return None
-    module, _, name = class_path.rpartition(".")
-    return getattr(tasks, name, None) if module.startswith("zoo.tasks") else None
 
 
 def load_task(source: str | os.PathLike, task_cls=None):
@@ -53,10 +50,7 @@ def load_task(source: str | os.PathLike, task_cls=None):
                "Translation" else "measure it on the data set it was trained for.")
         )  # fmt: skip
     task_cls = saved or task_cls or CausalLM
-    try:
-        return task_cls.load_from_checkpoint(ckpt, map_location="cpu")
-    except Exception as e:
-        raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
+    return task_cls.load_from_checkpoint(ckpt, map_location="cpu")  # as data: zoo.tasks.checkpoint
 
 
 def extended(model, context: int, name: str):
@@ -98,8 +92,7 @@ def load_model(
             the message names the command for its kind, or says ``wrong_kind`` when given.
     """
     from zoo import tasks
-    from zoo.errors import CheckpointError
-    from zoo.loading import checkpoint_task
+    from zoo.errors import CheckpointError, ZooError
     from zoo.pretrained import from_pretrained
 
     path = Path(checkpoint)
@@ -110,14 +103,12 @@ def load_model(
             raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")
         try:
             module = getattr(tasks, task).load_from_checkpoint(path, map_location=device)
-        except Exception as e:
+        except ZooError as e:
             saved = getattr(checkpoint_task(path), "__name__", None)
             if saved in TASK_COMMANDS and saved != task:
                 use = wrong_kind or TASK_COMMANDS[saved]
                 raise CheckpointError(f"{checkpoint} is a checkpoint of {saved}, {use}.") from None
-            raise CheckpointError(
-                f"could not load {checkpoint} as a {task} checkpoint ({type(e).__name__}: {e})"
-            ) from None
+            raise e from None
         model = module.model.eval()
     seq2seq = getattr(model, "is_encoder_decoder", False)
     if seq2seq != (task == "Translation"):

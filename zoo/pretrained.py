@@ -16,6 +16,15 @@ and both hashes, and nothing is loaded); a folder without one loads with an
 :class:`UnverifiedWeightsWarning`. Published checkpoints are checked against ``checkpoints.yaml``
 instead. A bare name always means a published checkpoint or a Hub repo id, never a same-named folder
 in the working directory (see :func:`explicit_path`).
+
+The weights are what the config says: ``model.safetensors``' metadata records the config they were
+saved with (:data:`~zoo.models.base.CONFIG_METADATA_KEY`), and a ``config.json`` that differs is a
+:class:`~zoo.errors.CheckpointError` naming the keys, unless the caller overrides them explicitly
+(then one :class:`ConfigOverrideWarning`). A folder saved before the metadata existed loads with one
+:class:`UncheckedConfigWarning`; a published checkpoint needs none (``checkpoints.yaml`` binds its
+``config.json`` and weights by sha256). Weights that are not floating point where the model's are,
+or that hold NaN or infinity, are refused; a config too large for the machine's memory is refused
+before anything is allocated (:func:`zoo.config.check_memory`).
 """
 
 from __future__ import annotations
@@ -26,14 +35,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import safetensors
-import safetensors.torch
 import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from zoo.config import ModelConfig
-from zoo.errors import CheckpointError, ConfigError, UnknownModelError
+from zoo.config import ModelConfig, check_memory, suggest
+from zoo.errors import CheckpointError, ConfigError, UnknownModelError, ZooWarning
 from zoo.files import (
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -43,11 +50,19 @@ from zoo.files import (
     explicit_path,
     verify_manifest,
 )
+from zoo.models.base import (
+    CONFIG_METADATA_KEY,
+    load_weights,
+    read_weights_header,
+    recorded_config,
+)
 from zoo.models.registry import create_model as build_preset
 from zoo.models.registry import get_model_class, get_preset
 
 __all__ = [
     "LOAD_DTYPES",
+    "ConfigOverrideWarning",
+    "UncheckedConfigWarning",
     "checked_device_and_dtype",
     "create_model",
     "device_problem",
@@ -56,6 +71,16 @@ __all__ = [
     "load_tokenizer",
     "load_weights",
 ]
+
+
+class UncheckedConfigWarning(UnverifiedWeightsWarning, ZooWarning):
+    """A folder's ``model.safetensors`` records no config (saved before the zoo recorded it), so
+    its ``config.json`` cannot be checked against the weights; re-saving it records one."""
+
+
+class ConfigOverrideWarning(ZooWarning):
+    """``from_pretrained`` was given config values that differ from the config the weights were
+    saved with: the model may not compute what it was trained to."""
 
 
 def find_checkpoint(source: str | os.PathLike) -> Path | None:
@@ -100,50 +125,103 @@ def _read_config(path: Path) -> tuple[type[nn.Module], ModelConfig]:
     return cls, config
 
 
-def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
-    """Load a safetensors file into ``model`` in place, checking every name and shape.
+def _differences(config: ModelConfig, recorded: ModelConfig) -> dict[str, tuple[Any, Any]]:
+    """``{key: (value, recorded value)}`` for every field where the two configs differ."""
+    now, then = config.to_dict(), recorded.to_dict()
+    return {key: (now[key], then[key]) for key in now if now[key] != then[key]}
+
+
+def _with_overrides(
+    config: ModelConfig, overrides: dict[str, Any], config_path: Path
+) -> ModelConfig:
+    """``config`` with the caller's ``overrides`` of :func:`from_pretrained`.
 
     Raises:
-        CheckpointError: the file is unreadable (truncated, corrupt, not safetensors) or its tensors
-            do not match the model's parameters and buffers.
+        ConfigError: a key that is neither a field of the config nor an option of
+            :func:`from_pretrained` (close names suggested), or an invalid value.
     """
-    weights = Path(weights)
-    if not weights.is_file():
-        raise CheckpointError(f"{weights} is missing.")
-    try:
-        with safetensors.safe_open(str(weights), framework="pt") as f:
-            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-    except Exception as e:  # safetensors raises several types for a damaged header
-        raise CheckpointError(
-            f"{weights} is not a readable safetensors file ({type(e).__name__}: {e}). It is "
-            "truncated or corrupt: download it again or re-save the model."
-        ) from None
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    wrong = [
-        f"{n}: file {shapes[n]} vs model {expected[n]}"
-        for n in shapes.keys() & expected.keys()
-        if shapes[n] != expected[n]
-    ]
-    unexpected = sorted(shapes.keys() - expected.keys())
-    if wrong or unexpected:
-        raise CheckpointError(
-            f"{weights} does not match the model its config describes: "
-            + (f"shape mismatches {sorted(wrong)[:5]} " if wrong else "")
-            + (f"unexpected tensors {unexpected[:5]} " if unexpected else "")
-            + "— the config and weights come from different models."
+    fields = config.field_names()
+    unknown = sorted(k for k in overrides if k not in fields)
+    if unknown:
+        options = list(from_pretrained.__kwdefaults__ or {})
+        hints = "".join(suggest(k, [*fields, *options]) for k in unknown)
+        raise ConfigError(
+            f"from_pretrained: unknown argument(s) {', '.join(unknown)}: neither an option of "
+            f"from_pretrained nor a field of {type(config).__name__} ({config_path}).{hints}"
         )
     try:
-        missing, _ = safetensors.torch.load_model(model, str(weights), strict=False)
-    except Exception as e:  # data section shorter than the header promises, etc.
-        raise CheckpointError(
-            f"{weights} could not be read ({type(e).__name__}: {e}); "
-            "it is truncated or corrupt: download it again."
-        ) from None
-    if missing:
-        raise CheckpointError(
-            f"{weights} lacks tensors the model needs: {sorted(missing)[:5]} — "
-            "the config and weights come from different models."
+        return config.replace(**overrides)
+    except ConfigError as e:
+        raise ConfigError(f"from_pretrained: {e}") from None
+
+
+def _warn_if_unchecked(directory: Path, *, unverified: bool, unchecked: bool) -> None:
+    """At most one warning for a folder :func:`from_pretrained` cannot check: no manifest
+    (``unverified``), weights that record no config (``unchecked``), or both."""
+    weights = directory / WEIGHTS_NAME
+    if unverified and unchecked:
+        message, category = (
+            f"{directory} has no {MANIFEST_NAME} and its {WEIGHTS_NAME} records no config: its "
+            f"files are unverified and its {CONFIG_NAME} cannot be checked against the weights "
+            "(a folder saved by an older zoo, or not by save_pretrained). Re-save it with "
+            "model.save_pretrained to record both.",
+            UncheckedConfigWarning,
         )
+    elif unverified:
+        message, category = (
+            f"{directory} has no {MANIFEST_NAME}: its files are unverified (a folder saved "
+            "before manifests existed, or not by save_pretrained). Re-save it with "
+            "model.save_pretrained to record their sha256.",
+            UnverifiedWeightsWarning,
+        )
+    elif unchecked:
+        message, category = (
+            f"{weights} records no config (saved by an older zoo, or not by save_pretrained): "
+            f"its {CONFIG_NAME} cannot be checked against the weights. Re-save it with "
+            "model.save_pretrained to record the config.",
+            UncheckedConfigWarning,
+        )
+    else:
+        return
+    warnings.warn(message, category, stacklevel=3)  # at from_pretrained's caller
+
+
+def _config_to_build(
+    saved: ModelConfig,
+    recorded: ModelConfig | None,
+    overrides: dict[str, Any],
+    config_path: Path,
+) -> ModelConfig:
+    """``config.json``'s config (``saved``) with the caller's ``overrides``, checked against the
+    config the weights were saved with (``recorded``; ``None``: nothing to check against) and
+    against the machine's memory; one :class:`ConfigOverrideWarning` for overrides that differ.
+
+    Raises:
+        CheckpointError: ``config.json`` differs from ``recorded`` in keys not overridden.
+        ConfigError: an unknown or invalid override; a config too large for the memory.
+    """
+    config = _with_overrides(saved, overrides, config_path)
+    differences = {} if recorded is None else _differences(config, recorded)
+    edited = {k: v for k, v in differences.items() if k not in overrides}
+    if edited:
+        found = ", ".join(f"{k} {now!r} (saved {then!r})" for k, (now, then) in edited.items())
+        call = ", ".join(f"{k}={now!r}" for k, (now, _) in edited.items())
+        raise CheckpointError(
+            f"{config_path} disagrees with the config {WEIGHTS_NAME} was saved with: {found}; "
+            f"restore {CONFIG_NAME}, or pass these keys explicitly to "
+            f"from_pretrained(..., {call}) to override them."
+        )
+    owner = str(config_path) + (f" with {overrides}" if overrides else "")
+    check_memory(config, owner, "cpu")  # before the model is allocated
+    if differences:
+        found = ", ".join(f"{k}={now!r} (saved {then!r})" for k, (now, then) in differences.items())
+        warnings.warn(
+            f"from_pretrained: {found} override the config {config_path.parent / WEIGHTS_NAME} "
+            "was saved with; the model may not compute what it was trained to.",
+            ConfigOverrideWarning,
+            stacklevel=3,  # at from_pretrained's caller
+        )
+    return config
 
 
 def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> Tokenizer:
@@ -226,6 +304,7 @@ def from_pretrained(
     force_download: bool = False,
     local_files_only: bool = False,
     token: str | bool | None = None,
+    **overrides: Any,
 ) -> nn.Module:
     """Load a pretrained model, in eval mode.
 
@@ -246,13 +325,18 @@ def from_pretrained(
         local_files_only: never try the Hub: the shipped copy or the Hugging Face cache only
             (``huggingface_hub``'s name; ``HF_HUB_OFFLINE=1`` does the same for every call).
         token: a Hugging Face token for a private repo (default: the saved login, ``HF_TOKEN``).
+        **overrides: config fields to replace (``dropout=0.0``), as ``create_model`` takes them.
+            One that differs from the config the weights were saved with loads with one
+            :class:`ConfigOverrideWarning` naming both values.
 
     A retired published checkpoint loads as before, with one
     :class:`~zoo.errors.RetiredCheckpointWarning` naming the checkpoint to use instead.
 
     Published checkpoints are verified file by file against the sha256 in ``checkpoints.yaml``, and
     other folders against their ``manifest.json`` (a folder without one loads with an
-    :class:`UnverifiedWeightsWarning`);
+    :class:`UnverifiedWeightsWarning`) and their ``config.json`` against the config recorded in
+    the weights' metadata (a folder saved before it was recorded loads with one
+    :class:`UncheckedConfigWarning`, which is an :class:`UnverifiedWeightsWarning`);
     the copy shipped in the repository (``checkpoints/<name>/``) is used when it matches, the Hub
     (through the Hugging Face cache, respecting ``HF_HUB_OFFLINE``) otherwise (:mod:`zoo.hub`).
     A folder with ``tokenizer.json`` gives a model whose ``tokenizer`` attribute holds it. The model
@@ -262,12 +346,17 @@ def from_pretrained(
     Raises:
         ConfigError: a device this machine lacks or a dtype that is not floating-point
             (checked before loading: :func:`checked_device_and_dtype`); ``force_download`` with
-            ``local_files_only``.
+            ``local_files_only``; an override that is not a config field or not a valid value; a
+            config (with its overrides) too large for this machine's memory, before anything is
+            allocated (:func:`zoo.config.check_memory`: the estimate in GiB and what is free).
         UnknownModelError: not a directory, a published name or a repo id (close names suggested).
         ChecksumError: a file differs from its registered (or manifest) sha256; nothing is loaded.
         HubError: the Hub refused or is unreachable and nothing usable is cached.
         CheckpointError: missing files, a corrupt weights or tokenizer file, or weights (or a
-            tokenizer) that do not match the config.
+            tokenizer) that do not match the config; a ``config.json`` that differs from the
+            config the weights were saved with in keys not overridden (each key named, with both
+            values); weights that are not floating point where the model's are, or hold NaN or
+            infinity (the tensor named).
     """
     device, dtype = checked_device_and_dtype(device, dtype)
     if force_download and local_files_only:
@@ -293,18 +382,23 @@ def from_pretrained(
         )  # fmt: skip
         warn_if_retired(entry, stacklevel=2)  # at from_pretrained's caller
     unverified = entry is None and not verify_manifest(directory)  # published: checkpoints.yaml
-    if unverified and (directory / CONFIG_NAME).is_file():
-        warnings.warn(
-            f"{directory} has no {MANIFEST_NAME}: its files are unverified (a folder saved "
-            "before manifests existed, or not by save_pretrained). Re-save it with "
-            "model.save_pretrained to record their sha256.",
-            UnverifiedWeightsWarning,
-            stacklevel=2,
-        )
-    cls, config = _read_config(directory / CONFIG_NAME)
+    config_path, weights = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+    try:
+        metadata = read_weights_header(weights)[1] if config_path.is_file() else None
+    except CheckpointError:
+        metadata = None  # load_weights says what is wrong with the file, after the warning
+    # a published checkpoint's config.json is bound to its weights by checkpoints.yaml
+    unchecked = entry is None and metadata is not None and CONFIG_METADATA_KEY not in metadata
+    if config_path.is_file():
+        _warn_if_unchecked(directory, unverified=unverified, unchecked=unchecked)
+    cls, saved = _read_config(config_path)
+    recorded = recorded_config(metadata or {}, cls, config_path, weights)
+    if recorded is None and entry is not None:
+        recorded = saved  # bound to the weights by the registry's sha256
+    config = _config_to_build(saved, recorded, overrides, config_path)
     with torch.device("cpu"):  # real tensors even inside `with torch.device("meta")`
         model = cls(config)
-    load_weights(model, directory / WEIGHTS_NAME)
+    load_weights(model, weights)
     model.published_name = entry.name if entry is not None else None  # for its registered decoding
     if (directory / TOKENIZER_NAME).is_file():
         model.tokenizer = load_tokenizer(directory / TOKENIZER_NAME, config.vocab_size)

@@ -89,7 +89,7 @@ def save_bf16(run: Path, out: Path) -> None:
     path = find_checkpoint(run)
     model = load_task(path).model.to(torch.bfloat16)
     model.save_pretrained(out)
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
     facts = training_facts(ckpt, path) | {"checkpoint": path.name}
     (out / "training.json").write_text(json.dumps(facts, indent=2) + "\n")
 

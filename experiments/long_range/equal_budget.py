@@ -290,7 +290,7 @@ def _score(name, seed, steps, folder, wall, reach, note, preset, model_config) -
     task = CausalLM.load_from_checkpoint(ckpt, map_location="cpu")
     data = LongRangeTaskDataModule.load_from_checkpoint(ckpt)
     acc = task_accuracy_by_distance(task.model, data, "test")
-    best = torch.load(ckpt, map_location="cpu", weights_only=False)
+    best = torch.load(ckpt, map_location="cpu", weights_only=True)
     callback = next(v for k, v in best["callbacks"].items() if "ModelCheckpoint" in k)
     tokens = steps * data.batch_size * acc.seq_len
     result = {

@@ -55,7 +55,7 @@ def load(name: str) -> tuple[nn.Module, str]:
     """The model in eval mode, and a label for it (with the training step of a checkpoint)."""
     if name.endswith(".ckpt"):
         model = CausalLM.load_from_checkpoint(name, map_location="cpu").model
-        step = torch.load(name, map_location="cpu", weights_only=False, mmap=True).get(
+        step = torch.load(name, map_location="cpu", weights_only=True, mmap=True).get(
             "global_step"
         )
         return model.eval(), f"{name} (step {step})"

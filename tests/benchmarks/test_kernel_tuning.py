@@ -3,9 +3,9 @@ reports the best set per kernel (in Triton's interpreter here; timings are never
 
 import pytest
 import torch
-from zoo.kernels import triton_flash
 
 from benchmarks import kernel_tuning as tuning
+from zoo.kernels import triton_flash
 
 
 def test_sweep_launches_each_kernel_with_each_set_and_restores_the_table(monkeypatch):

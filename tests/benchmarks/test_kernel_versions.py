@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import zoo.kernels
-from zoo.kernels import triton_block_sparse, triton_flash, triton_routing
 
+import zoo.kernels
 from benchmarks import kernel_versions as versions
+from zoo.kernels import triton_block_sparse, triton_flash, triton_routing
 
 REPO = Path(__file__).resolve().parents[2]
 

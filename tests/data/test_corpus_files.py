@@ -123,7 +123,7 @@ def test_the_fine_tuning_recipe_trains_a_published_model_on_a_folder_of_text(cap
     assert code == 0, err
     import torch
 
-    saved = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)
+    saved = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)
     assert saved["global_step"] == 2
     assert saved["hyper_parameters"]["init_from"] == "transformer_lm_small.pg19mini"
 
@@ -219,5 +219,5 @@ def test_zoo_fit_streams_a_folder_of_text(capsys, tmp_path):
     )  # fmt: skip
     assert code == 0, err
     assert (
-        torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=False)["global_step"] == 3
+        torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
     )

@@ -22,6 +22,7 @@ from zoo.data.images import (
     sequence_to_image,
 )
 from zoo.errors import ConfigError, DataNotFoundError
+from zoo.files import sha256_file
 from zoo.metrics import BitsPerDim
 
 
@@ -127,6 +128,7 @@ def test_the_official_cifar10_release_is_parsed_and_downloaded(tmp_path, monkeyp
     with pytest.raises(DataNotFoundError, match="cifar-10-python.tar.gz.*download=True"):
         load_images("cifar10")
     monkeypatch.setattr(image_data, "CIFAR10_URL", release.as_uri())
+    monkeypatch.setattr(image_data, "CIFAR10_SHA256", sha256_file(release))  # our stand-in
     got = load_images("cifar10", download=True)
     train = np.concatenate([batches[f"data_batch_{i}"] for i in range(1, 6)])
     assert np.array_equal(got["train"], train) and np.array_equal(
@@ -143,6 +145,10 @@ def test_a_damaged_release_or_idx_file_is_a_clear_error(tmp_path, monkeypatch):
         tmp_path / "cifar10" / "cifar-10-python.tar.gz",
         {"data_batch_1": np.zeros((1, 32, 32, 3), np.uint8)},
     )
+    with pytest.raises(DataNotFoundError, match="not the CIFAR-10 python release .sha256"):
+        load_images("cifar10", data_dir=str(tmp_path))
+    release = tmp_path / "cifar10" / "cifar-10-python.tar.gz"
+    monkeypatch.setattr(image_data, "CIFAR10_SHA256", sha256_file(release))  # passes the check
     with pytest.raises(DataNotFoundError, match="not the complete CIFAR-10 python release"):
         load_images("cifar10", data_dir=str(tmp_path))
     (tmp_path / "mnist").mkdir()

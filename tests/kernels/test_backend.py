@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 import zoo.kernels as kernels
 
 CUDA = SimpleNamespace(is_cuda=True, device="cuda:0")  # what use_triton reads of a tensor

@@ -4,6 +4,8 @@ same pattern (zoo.kernels.masked_attention_ref, fp64)."""
 import pytest
 import torch
 import torch.nn.functional as F
+
+from zoo.attention.patterns import fixed, local, strided
 from zoo.kernels import (
     BlockSparsePlan,
     block_sparse_attention,
@@ -11,8 +13,6 @@ from zoo.kernels import (
     expand_layout,
     masked_attention_ref,
 )
-
-from zoo.attention.patterns import fixed, local, strided
 
 # per-dtype tolerances (outputs, gradients): inputs are rounded, math runs in fp32
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import zoo.kernels as kernels
-from zoo.kernels import BlockSparsePlan, flex, masked_attention_ref, routing_attention_torch
 
+import zoo.kernels as kernels
 from zoo.attention.functional import attend, route
 from zoo.attention.patterns import fixed, local, local_1d, local_2d, strided
+from zoo.kernels import BlockSparsePlan, flex, masked_attention_ref, routing_attention_torch
 
 PATTERNS = [
     strided(8),

@@ -1,38 +1,59 @@
+"""zoo.kernels is the top-level kernels/ folder, and that folder never shadows the PyPI `kernels`."""
+
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(code: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
 
 
-def test_kernels_folder_is_installed_as_zoo_kernels(tmp_path):
-    # run outside the repository so the source tree is not on sys.path
-    ok = _run(
-        "import zoo.kernels, pathlib; print(pathlib.Path(zoo.kernels.__file__).parent.name)",
-        tmp_path,
+@pytest.mark.parametrize("cwd", ["outside", "root"])
+def test_kernels_folder_is_zoo_kernels(tmp_path, cwd):
+    code = (
+        "import zoo.kernels, zoo.kernels.dispatch as d, pathlib; "
+        "print(pathlib.Path(d.__file__).parent.name, callable(zoo.kernels.block_sparse_attention))"
     )
+    ok = _run(code, tmp_path if cwd == "outside" else REPO)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip() == "kernels"
+    assert ok.stdout.split() == ["kernels", "True"]
 
 
-def test_no_top_level_kernels_module_is_installed(tmp_path):
-    """The PyPI package `kernels` (used by transformers) owns that name."""
-    result = _run("import kernels", tmp_path)
-    assert result.returncode != 0 and "No module named 'kernels'" in result.stderr
+def test_the_folder_is_not_a_regular_package():
+    """A regular package at the root would win over the installed `kernels` (transformers')."""
+    assert not (REPO / "kernels" / "__init__.py").exists()
+
+
+@pytest.mark.parametrize("cwd", ["", "benchmarks", "tests", "experiments"])
+def test_import_kernels_from_the_checkout_finds_the_installed_package(cwd):
+    """`import kernels` from the clone (a notebook, `python -c`, a script in benchmarks/) gets
+    Hugging Face's package where it is installed, and never a file of this repository."""
+    result = _run("import kernels; print(kernels.__file__)", REPO / cwd)
+    installed = importlib.util.find_spec("kernels")
+    if installed is None:
+        assert "No module named 'kernels'" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        found = Path(result.stdout.strip()).resolve()
+        assert found == Path(installed.origin).resolve()
+        assert "site-packages" in found.parts
 
 
 def test_every_subpackage_is_listed_in_pyproject():
     """A plain (non-editable) install ships only the packages pyproject.toml lists."""
     import tomllib
-    from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
     listed = set(
-        tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        ".".join(("zoo", *p.parent.relative_to(repo / "zoo").parts))
-        for p in (repo / "zoo").rglob("__init__.py")
+        ".".join(("zoo", *p.parent.relative_to(REPO / "zoo").parts))
+        for p in (REPO / "zoo").rglob("__init__.py")
     }
     assert found | {"zoo.kernels"} == listed

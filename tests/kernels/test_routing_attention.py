@@ -3,8 +3,9 @@
 
 import pytest
 import torch
-from zoo.kernels import routing_attention, routing_attention_ref
 from zoo.kernels.routing import gather_clusters, scatter_mean
+
+from zoo.kernels import routing_attention, routing_attention_ref
 
 
 def random_clusters(B, H, n_clusters, w, T, generator):

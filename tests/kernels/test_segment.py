@@ -4,11 +4,11 @@ computation of the same pattern, and the engine's choice of it."""
 import pytest
 import torch
 from test_block_sparse import check, inputs
-from zoo.kernels import run_window_attention, segment_attention
 
 from zoo.attention import functional
 from zoo.attention.functional import attend, route
 from zoo.attention.patterns import fixed, local, strided
+from zoo.kernels import run_window_attention, segment_attention
 
 
 def assert_exact(q, k, v, got, pattern):

@@ -11,8 +11,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-import zoo.kernels
 from test_routing_attention import random_clusters
+
+import zoo.kernels
+from zoo.attention.patterns import causal, fixed, local, strided
 from zoo.kernels import (
     BlockSparsePlan,
     block_sparse_attention,
@@ -26,8 +28,6 @@ from zoo.kernels import (
     triton_flash,
     triton_routing,
 )
-
-from zoo.attention.patterns import causal, fixed, local, strided
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"

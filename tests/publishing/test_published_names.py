@@ -38,7 +38,7 @@ def test_an_export_names_the_parent_and_the_measured_model(registry, tmp_path, c
     first = fake_run(tmp_path / "machine" / "runs" / "first_stage", seed=1)
     second = fake_run(tmp_path / "machine" / "runs" / "second_stage", seed=2)
     ckpt = second / "checkpoints" / "best.ckpt"
-    saved = torch.load(ckpt, weights_only=False)
+    saved = torch.load(ckpt, weights_only=True)
     saved["hyper_parameters"]["init_from"] = str(first)  # trained on from the first run
     torch.save(saved, ckpt)
     corpus = pg19mini_test_books(tmp_path / "data", (300, 200, 50))

@@ -207,6 +207,30 @@ def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Non
             "--by-position measures in fp32 and writes its own files (--out-dir): not with "
             "--registered, --out or --precision"
         )
+    _check_numbers(parser, ns)
+
+
+def _check_numbers(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """Refuse a ``--tolerance`` or ``--seed`` out of range in one line (exit 2); the other numbers
+    are checked by the functions that take them (each a one-line error)."""
+    import math
+
+    from zoo.errors import ConfigError
+    from zoo.generation import check_seed
+
+    if ns.tolerance is not None:
+        if not ns.registered:
+            parser.exit(2, "zoo evaluate: error: --tolerance goes with --registered (the largest "
+                        "difference from a registered value that passes)\n")  # fmt: skip
+        if not (math.isfinite(ns.tolerance) and ns.tolerance >= 0):
+            parser.exit(2, f"zoo evaluate: error: --tolerance is {ns.tolerance}: use a finite "
+                        "number >= 0 (0: exactly the registered value; default per metric: "
+                        "0.002 bits, 0.05 BLEU or perplexity)\n")  # fmt: skip
+    if ns.seed is not None:
+        try:
+            check_seed(ns.seed)
+        except ConfigError as e:
+            parser.exit(2, f"zoo evaluate: error: {e}\n")
 
 
 def _evaluate(ns: argparse.Namespace) -> None:
@@ -292,9 +316,9 @@ def _dataset_of(source: str) -> str:
     except ZooError:
         ckpt = None
     if ckpt is not None:
-        import torch
+        from zoo.tasks.checkpoint import read_checkpoint
 
-        hp = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        hp = read_checkpoint(ckpt)
         return (hp.get("datamodule_hyper_parameters") or {}).get("dataset") or "pg19mini"
     entry = load_registry().entries.get(source)
     return entry.dataset if entry is not None else "pg19mini"

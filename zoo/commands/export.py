@@ -10,8 +10,9 @@ __all__ = ["export_main"]
 
 def export_main(args: list[str]) -> None:
     from zoo.evaluation import load_metrics
+    from zoo.files import contained_path
     from zoo.hub import load_registry
-    from zoo.publishing.export import export_run, register
+    from zoo.publishing.export import checked_name, export_run, register
 
     parser = argparse.ArgumentParser(
         prog="zoo export",
@@ -44,15 +45,20 @@ def export_main(args: list[str]) -> None:
                         "evaluate RUN --attention` (attention.md/.json/.png): published, in the "
                         "card")  # fmt: skip
     ns = parser.parse_args(args)
+    checked_name(ns.name)  # a plain published name: it names the folder under checkpoints/
     if ns.repo_id is not None:
         from zoo.publishing.push import checked_repo_id
 
         checked_repo_id(ns.repo_id)
+    out_dir = ns.out or contained_path(  # by default, a folder under checkpoints/, not a link out
+        load_registry().shipped_dir, ns.name, what=f"zoo export --name {ns.name}", directory=True,
+        fix="remove the link (the export writes the folder itself) or pass --out",
+    )  # fmt: skip
     results = ns.results or str(Path(ns.run) / "results.json")
     metrics = load_metrics(results)
     out = export_run(
         ns.run,
-        ns.out or load_registry().shipped_dir / ns.name,
+        out_dir,
         name=ns.name,
         recipe=ns.recipe,
         metrics=metrics,

@@ -28,11 +28,14 @@ def generate_main(args: list[str]) -> None:
     source.add_argument("--prompt", default="\n", help="text to continue (default: a newline); "
                         "any bytes, UTF-8 or not: the models are byte-level")  # fmt: skip
     source.add_argument("--prompt-file", help="continue the bytes of this file instead")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens to add (default "
+                        "256); --num-samples x (prompt + these) at most 10,000,000")  # fmt: skip
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy; at most 100")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the K most likely "
+                        "tokens (K >= the vocabulary: all of them)")  # fmt: skip
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus mass in (0, 1]; the "
+                        "most likely token is always kept, so a tiny value is greedy")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="0 to 2**64 - 1 (default 0)")
     parser.add_argument("--num-samples", type=int, default=1)
     parser.add_argument(
         "--truncate-prompt",
@@ -43,8 +46,13 @@ def generate_main(args: list[str]) -> None:
     ns = parser.parse_args(args)
 
     from zoo.data.text import ByteTokenizer
-    from zoo.generation import generate
+    from zoo.generation import check_generation, check_sampling, generate, seeded_generator
 
+    try:  # the flags given, at once: not after loading the model
+        check_sampling(temperature=ns.temperature, top_k=ns.top_k, top_p=ns.top_p)
+        generator = seeded_generator(ns.seed)  # on the CPU: checked before --device is
+    except ZooError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
     if ns.prompt_file is not None:
         if not Path(ns.prompt_file).is_file():
             parser.exit(2, f"zoo generate: error: --prompt-file {ns.prompt_file} does not exist\n")
@@ -63,19 +71,17 @@ def generate_main(args: list[str]) -> None:
     except ZooError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     tokenizer = ByteTokenizer()
+    try:  # before num_samples copies of the prompt are built
+        check_generation(model, ns.num_samples, len(data), ns.max_new_tokens,
+                         truncate_prompt=ns.truncate_prompt)  # fmt: skip
+    except ValueError as e:
+        parser.exit(2, f"zoo generate: error: {e}\n")
     prompt = torch.tensor([list(data)] * ns.num_samples, device=ns.device)
-    generator = torch.Generator(device=ns.device).manual_seed(ns.seed)
+    generator = seeded_generator(ns.seed, ns.device)
     try:
-        out = generate(
-            model,
-            prompt,
-            ns.max_new_tokens,
-            temperature=ns.temperature,
-            top_k=ns.top_k,
-            top_p=ns.top_p,
-            generator=generator,
-            truncate_prompt=ns.truncate_prompt,
-        )
+        out = generate(model, prompt, ns.max_new_tokens, temperature=ns.temperature,
+                       top_k=ns.top_k, top_p=ns.top_p, generator=generator,
+                       truncate_prompt=ns.truncate_prompt)  # fmt: skip
     except ValueError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     for i, row in enumerate(out):
@@ -102,7 +108,8 @@ def sample_main(args: list[str]) -> None:
     parser.add_argument("--data-dir", help="directory with <dataset>/ (default $ZOO_DATA_DIR)")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0, help="samples and the test images chosen")
+    parser.add_argument("--seed", type=int, default=0, help="samples and the test images chosen "
+                        "(0 to 2**64 - 1)")  # fmt: skip
     parser.add_argument("--scale", type=int, default=2, help="pixels per image pixel in the PNG")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ns = parser.parse_args(args)
@@ -110,21 +117,24 @@ def sample_main(args: list[str]) -> None:
     import numpy as np
 
     from zoo.data.images import IMAGE_DATASETS, load_images, save_image_grid
-    from zoo.generation import sample_images
+    from zoo.generation import check_sampling, sample_images, seeded_generator
 
+    try:  # the flags given, at once: not after loading the model
+        check_sampling(temperature=ns.temperature, top_k=ns.top_k)
+        seeded_generator(ns.seed)
+    except ZooError as e:
+        parser.exit(2, f"zoo sample: error: {e}\n")
     if ns.dataset is not None and ns.dataset not in IMAGE_DATASETS:
         parser.exit(2, f"zoo sample: error: --dataset must be one of {sorted(IMAGE_DATASETS)}\n")
     if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
         parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
                     "one of them > 0\n")  # fmt: skip
-    if ns.scale < 1:
-        parser.exit(2, f"zoo sample: error: --scale is {ns.scale}: draw each image pixel as at "
-                    "least 1 PNG pixel\n")  # fmt: skip
     checked_device(parser, ns.device)
     model = load_model(ns.checkpoint, ns.device, task="ImageLM")
     ns.dataset = ns.dataset or _dataset_of(model)
     own = getattr(model.config, "image_shape", None)
     shape = IMAGE_DATASETS[ns.dataset][0] if ns.dataset else tuple(own)
+    _check_png_size(parser, shape, ns)
     originals = None
     if ns.completions:  # checked before anything is sampled, so a bad flag costs nothing
         h, w, c = shape
@@ -142,7 +152,7 @@ def sample_main(args: list[str]) -> None:
                         f"of {ns.dataset} has {len(test)} images\n")  # fmt: skip
         chosen = np.sort(np.random.default_rng(ns.seed).choice(len(test), ns.completions, False))
         originals = test[chosen]
-    generator = torch.Generator(ns.device).manual_seed(ns.seed)
+    generator = seeded_generator(ns.seed, ns.device)
     options = dict(temperature=ns.temperature, top_k=ns.top_k, generator=generator, progress=True)
     try:
         if ns.num_samples:
@@ -158,6 +168,27 @@ def sample_main(args: list[str]) -> None:
             print(f"wrote {save_image_grid(grid, path, nrow=ns.completions, scale=ns.scale)}")
     except ValueError as e:
         parser.exit(2, f"zoo sample: error: {e}\n")
+
+
+def _check_png_size(parser: argparse.ArgumentParser, shape, ns: argparse.Namespace) -> None:
+    """Exit 2 if ``--scale`` is below 1, or a grid ``zoo sample`` would write has more pixels than
+    Pillow opens (``Image.MAX_IMAGE_PIXELS``, its guard against decompression bombs): a huge
+    ``--scale``."""
+    from PIL import Image
+
+    if ns.scale < 1:
+        parser.exit(2, f"zoo sample: error: --scale is {ns.scale}: draw each image pixel as at "
+                    "least 1 PNG pixel\n")  # fmt: skip
+    h, w, _ = shape
+    grids = [(1, ns.num_samples)] if ns.num_samples else []  # (rows, columns) of images
+    grids += [(3, ns.completions)] if ns.completions else []
+    for rows, columns in grids:
+        pixels = (rows * (h + 2) + 2) * (columns * (w + 2) + 2) * ns.scale**2  # 2-pixel padding
+        if pixels > Image.MAX_IMAGE_PIXELS:
+            parser.exit(2, f"zoo sample: error: a grid of {rows * columns:,} image(s) at --scale "
+                        f"{ns.scale} is a PNG of {pixels:,} pixels, more than the "
+                        f"{Image.MAX_IMAGE_PIXELS:,} Pillow opens: use a smaller --scale, or "
+                        "fewer --num-samples / --completions\n")  # fmt: skip
 
 
 def _dataset_of(model) -> str | None:

@@ -52,6 +52,38 @@ class ZooCLI(LightningCLI):
             "again with --seed_everything 1 without overwriting the first run",
         )
 
+    def _parse_ckpt_path(self) -> None:
+        """``--ckpt_path``: the checkpoint's hyper-parameters replace the model's settings, as in
+        Lightning, but read as data (:mod:`zoo.tasks.checkpoint`): only a zoo task, only keys it
+        takes, plain values, and no ``init_from`` that the file chose itself; Lightning's
+        ``_instantiator`` and ``_class_path`` are not followed."""
+        from zoo.tasks.checkpoint import (
+            checked_hyperparameters,
+            read_checkpoint,
+            rebuild_arguments,
+            saved_task,
+        )
+
+        sub = self.config.get("subcommand")
+        path = self.config[sub].get("ckpt_path") if sub else None
+        if not path or not Path(path).is_file():
+            return
+        ckpt = read_checkpoint(path)
+        task = saved_task(ckpt, path)
+        if task is None:
+            return
+        hp = checked_hyperparameters(task, ckpt.get("hyper_parameters"), path)
+        self._saved_hparams = hp  # restored on the task once built: the lineage as saved
+        model = {"class_path": f"zoo.tasks.{task.__name__}",
+                 "init_args": rebuild_arguments(task, hp, ckpt, path)}  # fmt: skip
+        self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+
+    def after_instantiate_classes(self) -> None:
+        saved = getattr(self, "_saved_hparams", None)
+        if saved is not None and hasattr(self.model, "hparams"):
+            self.model.hparams.update(saved)
+        super().after_instantiate_classes()
+
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
         self._keep_integer_limits(args)
@@ -247,14 +279,18 @@ def run_lightning(args: list[str]) -> None:
 
     import zoo  # noqa: F401  (registers the models)
     from zoo.callbacks import FinalLastCheckpoint, SampleWriter, TrainingSummary
+    from zoo.commands.class_paths import check_class_paths, split_allowances
 
     quiet_lightning_warnings()
+    args, allowed = split_allowances(args)
+    args = with_packaged_config(args)
+    check_class_paths(args, allowed)  # before jsonargparse imports any class a recipe names
     ZooCLI(
         LightningModule,
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        args=with_packaged_config(args),
+        args=args,
         trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter(), FinalLastCheckpoint()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,

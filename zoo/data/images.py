@@ -51,6 +51,7 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.config import require_positive
 from zoo.data.sources import cache_dir, download_dir, fetch_file, find_file, not_found
 from zoo.errors import ConfigError, DataNotFoundError
+from zoo.files import sha256_file
 
 __all__ = [
     "BOS_ID",
@@ -71,6 +72,9 @@ IMAGE_DATASETS = {  # name -> (H, W, C), training images held out for validation
     "imagenet64": ((64, 64, 3), 10000),
 }
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+# sha256 of that release (as Keras and torchvision pin it): the release is a pickle, so no other
+# file of that name is ever unpickled
+CIFAR10_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
 IDX_URLS = {
     "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/{name}",
     "fashion_mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{name}",
@@ -144,7 +148,18 @@ def _read_idx(path: Path) -> np.ndarray:
 
 
 def _read_cifar10_release(path: Path) -> dict[str, np.ndarray]:
-    """The official python release: pickled batches of ``data`` rows (R, G, B planes of 32x32)."""
+    """The official python release: pickled batches of ``data`` rows (R, G, B planes of 32x32),
+    unpickled only once the file's sha256 is the release's (:data:`CIFAR10_SHA256`).
+
+    Raises:
+        DataNotFoundError: another file (truncated, changed or planted) under the release's name.
+    """
+    actual = sha256_file(path)
+    if actual != CIFAR10_SHA256:
+        raise DataNotFoundError(
+            f"{path} is not the CIFAR-10 python release (sha256 {actual}, the release's is "
+            f"{CIFAR10_SHA256}); it was not unpickled: delete it and download it again."
+        )
     batches: dict[str, list[np.ndarray]] = {"train": [], "test": []}
     names = {f"cifar-10-batches-py/data_batch_{i}": "train" for i in range(1, 6)}
     names["cifar-10-batches-py/test_batch"] = "test"

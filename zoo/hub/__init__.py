@@ -3,7 +3,8 @@
 - :mod:`zoo.hub.registry`: the registry file, :func:`list_pretrained`; :mod:`zoo.hub.schema`: what
   an entry holds (its JSON Schema and typed view).
 - :mod:`zoo.hub.download`: where a checkpoint's files come from (shipped copy, HF cache, Hub),
-  sha256 verification, ``zoo pull``; :mod:`zoo.hub.upload`: one-commit uploads;
+  sha256 verification, ``zoo pull``; :mod:`zoo.hub.cache`: the Hugging Face cache's files, never
+  followed out of it; :mod:`zoo.hub.upload`: one-commit uploads;
   :mod:`zoo.hub.refusals`: the Hub's HTTP refusals as one-line messages, for both.
 
 It resolves and verifies, and nothing more: publishing (export, cards, push) is

@@ -44,6 +44,7 @@ from zoo.errors import (
     UnknownModelError,
 )
 from zoo.files import explicit_path, sha256_file
+from zoo.hub.cache import checked_cached, evict
 from zoo.hub.refusals import download_refusal
 from zoo.hub.registry import Registry, load_registry
 from zoo.hub.schema import CheckpointEntry
@@ -92,10 +93,11 @@ def endpoint() -> str | None:
 
 def _mismatches(directory: Path, entry: CheckpointEntry, files: Iterable[str]) -> dict:
     """``{file: its sha256, or None if missing}`` for the files of ``directory`` that are missing
-    or differ from the registry."""
+    or differ from the registry; every name is checked before any file is hashed (raises
+    UnsafePathError: :meth:`CheckpointEntry.file_in`)."""
     bad = {}
-    for name in files:
-        path = directory / name
+    paths = {name: entry.file_in(directory, name) for name in files}
+    for name, path in paths.items():
         actual = sha256_file(path) if path.is_file() else None
         if actual != entry.files[name]["sha256"]:
             bad[name] = actual
@@ -103,7 +105,11 @@ def _mismatches(directory: Path, entry: CheckpointEntry, files: Iterable[str]) -
 
 
 def weights_source(entry: CheckpointEntry, registry: Registry | None = None) -> str:
-    """Where :func:`fetch` would take ``entry``'s weights from on this machine, in words."""
+    """Where :func:`fetch` would take ``entry``'s weights from on this machine, in words.
+
+    Raises:
+        UnsafePathError: as :func:`fetch`, for a file of the shipped copy.
+    """
     registry = registry or load_registry()
     shipped = registry.shipped_dir / entry.name
     if shipped.is_dir() and not _mismatches(shipped, entry, LOAD_FILES):
@@ -253,16 +259,6 @@ def _download(
         ) from None
 
 
-def _evict(path: Path) -> None:
-    """Remove a cached file (the snapshot link and the blob it points to)."""
-    blob = path.resolve()
-    for p in (path, blob):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-
-
 def fetch(
     entry: CheckpointEntry,
     files: Iterable[str] = LOAD_FILES,
@@ -283,6 +279,9 @@ def fetch(
     Raises:
         ChecksumError: a downloaded file differs from the registry (it is evicted from the cache).
         HubError: the Hub refused or could not be reached and the files are not cached (offline).
+        UnsafePathError: a file name of ``entry`` leads outside its folder, or a file of the
+            shipped copy or the cache is a link out of it or not a regular file (a link of the
+            cache is removed); nothing was hashed.
     """
     registry = registry or load_registry()
     files = tuple(files)
@@ -290,6 +289,8 @@ def fetch(
     if unknown:
         raise ConfigError(f"{entry.name} has no file(s) {unknown}; it has {sorted(entry.files)}.")
     shipped = registry.shipped_dir / entry.name
+    for name in files:  # before anything is hashed, or written to the cache
+        entry.file_in(shipped, name)
     if use_shipped and not force_download and shipped.is_dir():
         bad = _mismatches(shipped, entry, files)
         if not bad:
@@ -324,10 +325,10 @@ def fetch(
             entry, name, cache_dir, force_download, hint,
             local_files_only=local_files_only, token=token,
         )  # fmt: skip
-        actual = sha256_file(path)
+        actual = sha256_file(checked_cached(path, entry.repo_id))
         expected = entry.files[name]["sha256"]
         if actual != expected:
-            _evict(path)
+            evict(path)
             raise ChecksumError(
                 f"{entry.repo_id}@{entry.revision or 'main'}/{name}",
                 expected,

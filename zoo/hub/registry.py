@@ -118,9 +118,19 @@ def registry_path() -> Path:
 
 
 def validate(data: Any, path: Path) -> None:
-    """Check ``data`` against :data:`SCHEMA`; raise :class:`RegistryError` naming the bad key."""
+    """Check ``data`` against :data:`SCHEMA`.
+
+    Raises:
+        RegistryError: naming the bad key, one line per problem after the file's; a name that
+            could reach outside its folder (an entry's name, a file name, a repo id: ``../``, an
+            absolute path) is reported alone, in one line.
+    """
     validator = jsonschema.Draft202012Validator(SCHEMA)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    for e in errors:
+        unsafe = _unsafe_name(e, path)
+        if unsafe is not None:
+            raise RegistryError(unsafe)
     if errors:
         lines = []
         for e in errors[:5]:
@@ -129,6 +139,38 @@ def validate(data: Any, path: Path) -> None:
         raise RegistryError(
             f"{path} fails schema validation ({len(errors)} problem(s)):\n" + "\n".join(lines)
         )
+
+
+_NAME_RULES = {  # the schema's key of a name that locates files -> its rule, for _unsafe_name
+    "checkpoints": (
+        "is not a published name: '<model>.<dataset>', lowercase letters, digits and '_' (it "
+        "is the entry's folder under checkpoints/)"
+    ),
+    "files": (
+        "is not a plain file name of the checkpoint's folder: letters, digits, '_', '.' and "
+        "'-', no '/', '\\' or '..', not an absolute path, not starting with '.'"
+    ),
+    "repo_id": (
+        "is not a Hub repo id: 'namespace/name', letters, digits, '-', '_' and '.', neither "
+        "part starting or ending with '-' or '.', no '--' or '..'"
+    ),
+}
+
+
+def _unsafe_name(error: jsonschema.ValidationError, path: Path) -> str | None:
+    """The one-line message of a schema error on a name that locates files (see
+    :data:`_NAME_RULES`), else ``None``."""
+    if error.validator != "pattern":
+        return None
+    *_, parent, key, _pattern = ("", "", *error.schema_path)
+    rule = _NAME_RULES.get(parent if key == "propertyNames" else key)  # names, or a value's key
+    if rule is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path)
+    return (
+        f"{path}: {where} names {error.instance!r}, which {rule}; correct the entry (`zoo "
+        "export --register` writes it)."
+    )
 
 
 def _check_retirements(entries: dict[str, CheckpointEntry], path: Path) -> None:

@@ -8,11 +8,18 @@ measurement is described); :data:`TASKS` gives each task's headline metric.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from zoo.files import contained_path
+
 __all__ = [
+    "FILE_PATTERN",
     "METRICS",
+    "NAME_PATTERN",
+    "REPO_ID_PATTERN",
     "SCHEMA",
     "TASKS",
     "CheckpointEntry",
@@ -22,6 +29,19 @@ __all__ = [
 ]
 
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+# The names the registry gives, each kept inside its folder: an entry's name is its folder under
+# checkpoints/, a file is a plain name in that folder, and the repo id is the Hub's (also the
+# cache's models--NS--NAME folder). No '/', '\\' or '..' can reach past them.
+NAME_PATTERN = r"^[a-z0-9_]+\.[a-z0-9_]+$"
+"""A published name, ``<model>.<dataset>``: lowercase letters, digits and ``_`` on each side."""
+FILE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+"""A published file: a plain name of its checkpoint's folder (no ``/``, not starting with ``.``)."""
+_REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+REPO_ID_PATTERN = rf"^(?!.*(?:--|\.\.)){_REPO_PART}/{_REPO_PART}$"
+"""A Hub repo id as the registry records it, ``namespace/name``: letters, digits, ``-``, ``_``
+and ``.``, neither part starting or ending with ``-`` or ``.``, no ``--`` or ``..`` (the Hub's
+own rule, :func:`zoo.hub.upload.checked_repo_id`)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +175,7 @@ SCHEMA: dict[str, Any] = {
         "version": {"const": 1},
         "checkpoints": {
             "type": "object",
-            "propertyNames": {"pattern": r"^[a-z0-9_]+\.[a-z0-9_]+$"},
+            "propertyNames": {"pattern": NAME_PATTERN},
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
@@ -188,7 +208,7 @@ SCHEMA: dict[str, Any] = {
                         "additionalProperties": False,
                         "required": ["repo_id", "revision"],
                         "properties": {
-                            "repo_id": {"type": "string", "pattern": r"^[\w.-]+/[\w.-]+$"},
+                            "repo_id": {"type": "string", "pattern": REPO_ID_PATTERN},
                             # a commit sha once pushed; null until then (shipped copy only)
                             "revision": {"type": ["string", "null"], "pattern": "^[0-9a-f]{40}$"},
                         },
@@ -196,6 +216,7 @@ SCHEMA: dict[str, Any] = {
                     "files": {
                         "type": "object",
                         "required": ["config.json", "model.safetensors"],
+                        "propertyNames": {"pattern": FILE_PATTERN},
                         "additionalProperties": {
                             "type": "object",
                             "additionalProperties": False,
@@ -354,6 +375,20 @@ class CheckpointEntry:
             ),
             None,
         )
+
+    def file_in(self, directory: str | os.PathLike, name: str) -> Path:
+        """``directory / name`` for a file this entry registers (its shipped copy, a download),
+        once the name is known to stay inside ``directory`` (:func:`~zoo.files.contained_path`).
+
+        Raises:
+            UnsafePathError: the name leads outside, or the file there is a link out of
+                ``directory`` or not a regular file; nothing was opened.
+        """
+        return contained_path(
+            directory, name, what=f"checkpoints.yaml, checkpoints.{self.name}.files",
+            fix=f"a checkpoint's files are plain files of its folder: restore {directory}, or "
+            "correct the entry",
+        )  # fmt: skip
 
     @classmethod
     def from_dict(cls, name: str, d: dict[str, Any]) -> CheckpointEntry:

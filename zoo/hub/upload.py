@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
 from zoo.errors import ConfigError, HubError
+from zoo.files import contained_path
 from zoo.hub.download import endpoint
 from zoo.hub.refusals import refusal
 
@@ -64,13 +66,20 @@ def upload_folder(
     commit_message: str,
 ) -> str:
     """Upload ``files`` of ``folder`` to ``repo_id`` (created if needed) in one commit; return its
-    sha.
+    sha. ``files`` are plain names of ``folder``; those it lacks are skipped.
 
     Raises:
-        ConfigError: ``repo_id`` is not a valid Hub repo id; HubError: no token, or the Hub
+        ConfigError: ``repo_id`` is not a valid Hub repo id; UnsafePathError: one of ``files``
+            is a symlink (what it points to is never uploaded), leads outside ``folder`` or is
+            not a regular file, named before anything is sent; HubError: no token, or the Hub
             refused (no rights, ...), with the server's message and what to do.
     """
     checked_repo_id(repo_id)
+    for name in files:  # the files themselves, never what a link in the folder points to
+        contained_path(
+            Path(folder), name, what=f"pushing {folder}", allow_links=False,
+            fix="replace the link with a copy of the file (or remove it) and push again",
+        )  # fmt: skip
     api = HfApi(endpoint=endpoint(), token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)

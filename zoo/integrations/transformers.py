@@ -102,9 +102,14 @@ class ZooConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
     def zoo_module(self) -> torch.nn.Module:
-        """A new zoo module of this config (weights are loaded separately)."""
+        """A new zoo module of this config (weights are loaded separately), refused before it is
+        allocated if it cannot fit in memory (:func:`zoo.config.check_memory`)."""
+        from zoo.config import check_memory
+
         cls = get_model_class(self.model_type)
-        return cls(cls.config_class.from_dict(self.config))
+        config = cls.config_class.from_dict(self.config)
+        check_memory(config, f"{type(self).__name__}({self.model_type})")
+        return cls(config)
 
 
 class _ZooLoading:

@@ -1,6 +1,9 @@
 """What every zoo model has: ``save_pretrained`` (the folder :func:`zoo.from_pretrained` loads),
 ``push_to_hub``, ``generate``, ``device``, ``dtype`` and ``num_parameters``: the names and
-arguments of Hugging Face transformers' models, so their habits carry over."""
+arguments of Hugging Face transformers' models, so their habits carry over. And the way back from
+a weights file: :func:`load_weights` checks every tensor's name, shape, dtype and finiteness, and
+:func:`recorded_config` reads the config the weights were saved with (their safetensors metadata,
+:data:`CONFIG_METADATA_KEY`)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,13 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
+import safetensors
 import safetensors.torch
 import torch
 from torch import Tensor, nn
 
 from zoo.config import ModelConfig
+from zoo.errors import CheckpointError, ConfigError
 from zoo.files import (
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -23,7 +28,157 @@ from zoo.files import (
     sha256_file,
 )
 
-__all__ = ["PretrainedMixin"]
+__all__ = [
+    "CONFIG_METADATA_KEY",
+    "PretrainedMixin",
+    "config_metadata",
+    "load_weights",
+    "read_weights_header",
+    "recorded_config",
+]
+
+# the key of model.safetensors' metadata that holds the config its weights were saved with
+CONFIG_METADATA_KEY = "zoo_config"
+
+
+def config_metadata(model_type: str, config: ModelConfig) -> str:
+    """The canonical JSON of ``model_type`` and ``config`` (sorted keys, no spaces) that
+    :meth:`PretrainedMixin.save_pretrained` stores in ``model.safetensors``' metadata under
+    :data:`CONFIG_METADATA_KEY`, so that :func:`zoo.from_pretrained` can refuse a ``config.json``
+    edited after saving."""
+    values = {"model_type": model_type, "config": config.to_dict()}
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def read_weights_header(
+    weights: Path,
+) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dict[str, str]]:
+    """``({name: (safetensors dtype, shape)}, metadata)`` of a safetensors file, reading no
+    tensor.
+
+    Raises:
+        CheckpointError: the file is missing or its header is unreadable.
+    """
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} is missing.")
+    try:
+        with safetensors.safe_open(str(weights), framework="pt") as f:
+            tensors = {}
+            for name in f.keys():
+                tensor = f.get_slice(name)
+                tensors[name] = (tensor.get_dtype(), tuple(tensor.get_shape()))
+            return tensors, dict(f.metadata() or {})
+    except Exception as e:  # safetensors raises several types for a damaged header
+        raise CheckpointError(
+            f"{weights} is not a readable safetensors file ({type(e).__name__}: {e}). It is "
+            "truncated or corrupt: download it again or re-save the model."
+        ) from None
+
+
+def _is_floating(dtype: str) -> bool:
+    """Whether a safetensors dtype name (``F32``, ``BF16``, ``F8_E4M3``, ``I64``, ``BOOL``) is a
+    floating-point one."""
+    return dtype.startswith(("F", "BF"))
+
+
+def load_weights(model: nn.Module, weights: str | os.PathLike) -> None:
+    """Load a safetensors file into ``model`` in place, checking every name, shape and dtype, and
+    that every floating-point tensor it loaded is finite.
+
+    Raises:
+        CheckpointError: the file is unreadable (truncated, corrupt, not safetensors); its tensors
+            do not match the model's parameters and buffers; a tensor is not floating point where
+            the model's is (``int64`` weights: the values would be cast silently), or the other way
+            round; or a tensor holds NaN or infinity (checked after loading: the model then holds
+            some of them and must be discarded).
+    """
+    weights = Path(weights)
+    tensors, _ = read_weights_header(weights)
+    shapes = {name: shape for name, (_, shape) in tensors.items()}
+    state = model.state_dict()
+    expected = {name: tuple(t.shape) for name, t in state.items()}
+    wrong = [
+        f"{n}: file {shapes[n]} vs model {expected[n]}"
+        for n in shapes.keys() & expected.keys()
+        if shapes[n] != expected[n]
+    ]
+    unexpected = sorted(shapes.keys() - expected.keys())
+    if wrong or unexpected:
+        raise CheckpointError(
+            f"{weights} does not match the model its config describes: "
+            + (f"shape mismatches {sorted(wrong)[:5]} " if wrong else "")
+            + (f"unexpected tensors {unexpected[:5]} " if unexpected else "")
+            + "— the config and weights come from different models."
+        )
+    kinds = [
+        (name, dtype, state[name].dtype)
+        for name, (dtype, _) in sorted(tensors.items())
+        if _is_floating(dtype) != state[name].is_floating_point()
+    ]
+    if kinds:
+        name, dtype, want = kinds[0]
+        others = f" (and {len(kinds) - 1} more)" if len(kinds) > 1 else ""
+        kind = "floating-point" if want.is_floating_point else "integer"
+        raise CheckpointError(
+            f"{weights}: tensor {name} is {dtype} where the model's is {want}{others}: the "
+            f"model needs {kind} values there; the file is corrupt or not this model's, and "
+            "nothing was loaded."
+        )
+    try:
+        missing, _ = safetensors.torch.load_model(model, str(weights), strict=False)
+    except Exception as e:  # data section shorter than the header promises, etc.
+        raise CheckpointError(
+            f"{weights} could not be read ({type(e).__name__}: {e}); "
+            "it is truncated or corrupt: download it again."
+        ) from None
+    if missing:
+        raise CheckpointError(
+            f"{weights} lacks tensors the model needs: {sorted(missing)[:5]} — "
+            "the config and weights come from different models."
+        )
+    state = model.state_dict()
+    for name in sorted(tensors):  # one pass over what was loaded
+        tensor = state[name]
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{weights}: tensor {name} holds {bad} NaN or infinite value(s) of "
+                f"{tensor.numel()}: the weights are corrupt (or their training diverged); refused."
+            )
+
+
+def recorded_config(
+    metadata: dict[str, str], cls: type[nn.Module], config_path: Path, weights: Path
+) -> ModelConfig | None:
+    """The config ``weights`` were saved with, from their ``metadata``
+    (:meth:`PretrainedMixin.save_pretrained` records it under :data:`CONFIG_METADATA_KEY`), as a
+    config of ``cls``; ``None`` for a file saved before it was recorded.
+
+    Raises:
+        CheckpointError: the recorded config is unreadable, or of another model type than
+            ``config_path`` names.
+    """
+    text = metadata.get(CONFIG_METADATA_KEY)
+    if text is None:
+        return None
+    try:
+        recorded = json.loads(text)
+        model_type, values = recorded["model_type"], recorded["config"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(
+            f"{weights}: its metadata {CONFIG_METADATA_KEY!r} is not a config "
+            f"({type(e).__name__}: {e}); the file is corrupt: download it again or re-save it."
+        ) from None
+    expected = cls.model_type  # type: ignore[attr-defined]
+    if model_type != expected:
+        raise CheckpointError(
+            f"{config_path} says model_type {expected!r} but {weights} was saved by a "
+            f"{model_type!r} model; restore {CONFIG_NAME}."
+        )
+    try:
+        return cls.config_class.from_dict(values)  # type: ignore[attr-defined]
+    except (ConfigError, TypeError) as e:
+        raise CheckpointError(f"{weights}: the config it was saved with is invalid: {e}") from None
 
 
 class PretrainedMixin:
@@ -41,7 +196,8 @@ class PretrainedMixin:
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed),
         ``tokenizer.json`` when the model has a ``tokenizer``, and last ``manifest.json``, the
-        sha256 of each, which :func:`zoo.from_pretrained` checks.
+        sha256 of each, which :func:`zoo.from_pretrained` checks. The weights' metadata records
+        the config too (:func:`config_metadata`), so a ``config.json`` edited later is refused.
 
         Returns the directory. Tensors are saved in their current dtype.
         """
@@ -56,7 +212,11 @@ class PretrainedMixin:
             "zoo_version": __version__,
         }
         with atomic_path(directory / WEIGHTS_NAME) as tmp:
-            safetensors.torch.save_model(self, str(tmp), metadata={"format": "pt"})
+            metadata = {
+                "format": "pt",
+                CONFIG_METADATA_KEY: config_metadata(self.model_type, self.config),
+            }
+            safetensors.torch.save_model(self, str(tmp), metadata=metadata)
         tokenizer = getattr(self, "tokenizer", None)
         if tokenizer is not None:
             with atomic_path(directory / TOKENIZER_NAME) as tmp:

@@ -18,9 +18,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
-from zoo.config import ModelConfig, suggest
+from zoo.config import ModelConfig, check_memory, suggest
 from zoo.errors import UnknownModelError
 
 __all__ = [
@@ -102,12 +103,20 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
     Example: ``create_model("transformer_lm_small", max_seq_len=512, dropout=0.0)``.
 
+    The config is checked against the memory of the device the model is built on (the default
+    device) before anything is allocated (:func:`zoo.config.check_memory`).
+
     Raises:
         UnknownModelError: ``name`` is not registered.
-        ConfigError: an override key is not a field of the preset's config, or a value is invalid.
+        ConfigError: an override key is not a field of the preset's config, a value is invalid
+            (``n_layers=1e6``: not an integer), or the model would not fit in memory (the message
+            gives the estimate in GiB and the memory available).
     """
     preset = get_preset(name)
-    return preset.model_cls(preset.config.replace(**overrides))
+    config = preset.config.replace(**overrides)
+    device = torch.get_default_device()
+    check_memory(config, f"create_model({name!r})", str(device))
+    return preset.model_cls(config)
 
 
 def list_models(pattern: str | None = None) -> list[str]:

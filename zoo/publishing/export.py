@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -30,20 +31,23 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError, ConfigError
+from zoo.files import contained_path
 from zoo.golden import GOLDEN_NAME
 from zoo.golden import record as record_golden
 from zoo.hub.download import sha256_file
 from zoo.hub.registry import Registry, load_registry
-from zoo.hub.schema import CheckpointEntry, Metric
+from zoo.hub.schema import NAME_PATTERN, CheckpointEntry, Metric
 from zoo.lineage import checkpoint_name
 from zoo.publishing.cards import model_card, structure_of, task_of
 from zoo.publishing.training import data_checksum_at_export, training_facts, with_earlier_stages
+from zoo.tasks.checkpoint import read_checkpoint
 
 __all__ = [
     "BENCH_FILES",
     "DEFAULT_NAMESPACE",
     "PUBLISHED_FILES",
     "SAMPLE_FILES",
+    "checked_name",
     "export_run",
     "refresh_card",
     "register",
@@ -79,6 +83,38 @@ PUBLISHED_FILES = (
 SAMPLE_FILES = ("samples.png", "samples_completions.png")
 BENCH_FILES = ("bench.md", "bench.json", "bench.png")
 DEFAULT_NAMESPACE = "attention-zoo"
+
+
+def checked_name(name: str) -> str:
+    """``name`` if it is a published name, ``<model>.<dataset>`` of lowercase letters, digits and
+    ``_`` (:data:`~zoo.hub.schema.NAME_PATTERN`): it becomes the registry's key and the folder
+    ``checkpoints/<name>``, so it can hold no ``/`` or ``..``.
+
+    Raises:
+        ConfigError: one line naming it and the rule, before anything is read or written.
+    """
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+        raise ConfigError(
+            f"{name!r} (--name) is not a published name: '<model>.<dataset>', lowercase letters, "
+            "digits and '_' on each side, no '/' or '..' (e.g. transformer_lm_small.pg19mini); "
+            "nothing was written."
+        )
+    return name
+
+
+def _checked_out(out: Path, doing: str) -> None:
+    """Refuse to write into (or hash from) ``out`` through a link: a published file already there
+    must be a regular file of the folder (a symlink would send a write, or a read, wherever it
+    points). ``doing``: what for, in the message (``"exporting to runs/x"``).
+
+    Raises:
+        UnsafePathError: naming the file; nothing was written.
+    """
+    for f in PUBLISHED_FILES:
+        contained_path(
+            out, f, what=doing, allow_links=False,
+            fix="put the file itself there (or remove it: the export writes it) and run it again",
+        )  # fmt: skip
 
 
 def export_run(
@@ -129,10 +165,14 @@ def export_run(
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
         ``training.json``, ``by_position``, ``by_context``, ``copy_probe`` or ``attention``
         holds none of its files, or ``bench`` has no ``bench.md``; ChecksumError: the saved
-        model does not match its manifest; ConfigError: no recipe file.
+        model does not match its manifest; ConfigError: no recipe file, or ``name`` is not a
+        published name (:func:`checked_name`); UnsafePathError: a file of ``out_dir`` is a
+        symlink or not a regular file (nothing is written through it).
     """
+    checked_name(name)
     saved, ckpt_path = _checked_source(source, recipe)
     out = Path(out_dir)
+    _checked_out(out, f"exporting to {out}")
     out.mkdir(parents=True, exist_ok=True)
     model, facts = _weights_and_facts(saved, ckpt_path, out, name, recipe)
     if ckpt_path is not None or not (saved / GOLDEN_NAME).is_file():  # a saved model keeps its own
@@ -206,7 +246,7 @@ def _weights_and_facts(saved: Path, ckpt_path: Path | None, out: Path, name: str
         module = load_task(ckpt_path)  # the task it was saved from
         model = module.model
         model.save_pretrained(out)  # with tokenizer.json for a translation model
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ckpt = read_checkpoint(ckpt_path)  # as data (torch.load weights_only=True)
         facts = with_earlier_stages(training_facts(ckpt, ckpt_path), name, recipe=str(recipe))
         facts["checkpoint"] = ckpt_path.name
         if facts["lineage"]["data"] is None:  # trained before the checksum was recorded
@@ -384,10 +424,16 @@ def register(
     Every file of the folder is recorded with its sha256 and size; ``revision`` stays ``None`` until
     ``zoo push --update-registry`` pins the commit the push created. Replacing an entry keeps its
     retirement (``retired``: a decision of the registry, not a file of the folder).
+
+    Raises:
+        ConfigError: ``name`` is not a published name (:func:`checked_name`); UnsafePathError: a
+            file of ``folder`` is a symlink or not a regular file (nothing of it is hashed).
     """
     from zoo.models.registry import get_model_class, get_preset
 
+    checked_name(name)
     folder = Path(folder)
+    _checked_out(folder, f"registering {folder}")
     registry = registry or load_registry()
     meta = json.loads((folder / "config.json").read_text())
     cls = get_model_class(meta["model_type"])

@@ -42,8 +42,9 @@ def push(
     Raises:
         ConfigError: ``repo_id`` is not a valid Hub repo id (:func:`checked_repo_id`), or
             ``source`` is a run without ``name`` and ``recipe``; CheckpointError: the folder lacks
-            its config or weights; HubError: the Hub refused (no token, no rights, ...), with the
-            server's message.
+            its config or weights; UnsafePathError: a file to upload is a symlink or not a
+            regular file (named; nothing is sent); HubError: the Hub refused (no token, no
+            rights, ...), with the server's message.
     """
     checked_repo_id(repo_id)
     folder = Path(source)
@@ -76,13 +77,15 @@ def pin_revision(folder: str | os.PathLike, repo_id: str, revision: str) -> Chec
     ``repo_id@revision`` on the Hub.
 
     Raises:
-        ConfigError: no registry entry has exactly these files (register it first).
+        ConfigError: no registry entry has exactly these files (register it first);
+        UnsafePathError: a file the registry names is a link out of ``folder`` or not a regular
+            file (nothing of it is hashed).
     """
     registry = load_registry()
     folder = Path(folder)
     for entry in registry.entries.values():
         if all(
-            (folder / f).is_file() and sha256_file(folder / f) == rec["sha256"]
+            entry.file_in(folder, f).is_file() and sha256_file(folder / f) == rec["sha256"]
             for f, rec in entry.files.items()
         ):
             from dataclasses import replace

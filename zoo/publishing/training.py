@@ -18,6 +18,7 @@ import torch
 
 from zoo.hub.registry import load_registry
 from zoo.lineage import git_commit
+from zoo.tasks.checkpoint import read_checkpoint
 
 __all__ = [
     "data_checksum_at_export",
@@ -84,7 +85,7 @@ def _run_summary(ckpt: dict[str, Any], path: Path | None) -> dict[str, Any]:
             return json.loads(facts.read_text())
         last = folder / "last.ckpt"
         if last.is_file():
-            run = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+            run = read_checkpoint(last)
             if run.get("global_step") == step:
                 return run.get("callbacks", {}).get("TrainingSummary", {})
     return {}
@@ -212,7 +213,7 @@ def with_earlier_stages(
     parent = (facts.get("lineage") or {}).get("parent")
     ckpt = find_checkpoint(parent) if parent else None
     if ckpt is not None:
-        earlier = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)
+        earlier = read_checkpoint(ckpt)
         first = with_earlier_stages(training_facts(earlier, ckpt), run=str(parent))
         first_source: dict[str, str] = {"run": str(parent)}
     else:

@@ -23,10 +23,11 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor
 
-from zoo.errors import CheckpointError, ConfigError
+from zoo.errors import ConfigError
 from zoo.generation import generate
 from zoo.metrics import BitsPerByte
 from zoo.models.registry import create_model
+from zoo.tasks.checkpoint import MODEL_RECORD, CheckpointAsData, PlainValue, model_record
 
 __all__ = ["CausalLM", "lr_lambda"]
 
@@ -75,10 +76,7 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
     if ckpt is None:
         pretrained = from_pretrained(source)
     else:
-        try:
-            pretrained = CausalLM.load_from_checkpoint(ckpt, map_location="cpu").model
-        except Exception as e:
-            raise CheckpointError(f"could not load {ckpt} ({type(e).__name__}: {e})") from None
+        pretrained = CausalLM.load_from_checkpoint(ckpt, map_location="cpu").model
     if model is not None:  # the recipe names a model: it must be the checkpoint's
         preset = get_preset(model)
         if preset.model_cls is not type(pretrained):  # before the overrides: they may not apply
@@ -116,7 +114,7 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
     return model_
 
 
-class CausalLM(LightningModule):
+class CausalLM(CheckpointAsData, LightningModule):
     """Next-token prediction for any registered decoder-only model.
 
     Args:
@@ -153,7 +151,7 @@ class CausalLM(LightningModule):
     def __init__(
         self,
         model: str | None = None,
-        model_config: dict[str, Any] | None = None,
+        model_config: dict[str, PlainValue] | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.95),
@@ -161,7 +159,7 @@ class CausalLM(LightningModule):
         warmup_steps: int = 100,
         lr_schedule: Literal["cosine", "inverse_sqrt", "constant"] = "cosine",
         min_lr_ratio: float = 0.1,
-        sampling: dict[str, Any] | None = None,
+        sampling: dict[str, PlainValue] | None = None,
         init_from: str | None = None,
     ) -> None:
         super().__init__()
@@ -178,6 +176,10 @@ class CausalLM(LightningModule):
             self.model = _init_from(init_from, model_config or {}, model)
         self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the model's architecture, so the checkpoint loads without its ``init_from``."""
+        checkpoint[MODEL_RECORD] = model_record(self.model)
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.model(idx)

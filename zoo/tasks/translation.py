@@ -33,6 +33,7 @@ from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.models.registry import create_model
 from zoo.tasks.causal_lm import lr_lambda
+from zoo.tasks.checkpoint import CheckpointAsData, PlainValue
 
 __all__ = ["Translation", "bleu_signature"]
 
@@ -46,7 +47,7 @@ def bleu_signature() -> str:
     return str(bleu.get_signature())
 
 
-class Translation(LightningModule):
+class Translation(CheckpointAsData, LightningModule):
     """Sequence-to-sequence translation with a registered encoder-decoder model.
 
     Args:
@@ -66,7 +67,7 @@ class Translation(LightningModule):
     def __init__(
         self,
         model: str = "transformer_small",
-        model_config: dict[str, Any] | None = None,
+        model_config: dict[str, PlainValue] | None = None,
         label_smoothing: float = 0.1,
         warmup_steps: int = 4000,
         lr_scale: float = 1.0,

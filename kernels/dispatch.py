@@ -1,4 +1,5 @@
-"""zoo.kernels: the kernel layer (block-sparse and routing attention).
+"""zoo.kernels.dispatch: the kernel layer's ops and their dispatch (block-sparse and routing attention),
+re-exported as :mod:`zoo.kernels`.
 
 Each op has a spec and several implementations: ``op_ref``, the executable spec (dense fp64, for
 tests and small inputs); ``op_torch``, the PyTorch implementation that runs anywhere; a Triton

@@ -1,7 +1,7 @@
 """Benchmark of the kernel layer: our Triton kernels against FlexAttention, dense SDPA and `_torch`.
 
-    python -m benchmarks.kernels                       # all sizes; GPU: n = 1k ... 32k
-    python -m benchmarks.kernels --sizes 1024 4096 --head-dims 64 --methods triton flex
+    python -m benchmarks.attention_kernels                       # all sizes; GPU: n = 1k ... 32k
+    python -m benchmarks.attention_kernels --sizes 1024 4096 --head-dims 64 --methods triton flex
 
 (from the repository root; the benchmark is not part of the wheel)
 
@@ -219,7 +219,7 @@ def environment() -> dict:
     """Device, software versions and the command, for the table's header."""
     env = {
         "date": datetime.date.today().isoformat(),
-        "command": "python -m benchmarks.kernels " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.attention_kernels " + " ".join(sys.argv[1:]),
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
@@ -263,7 +263,7 @@ def report(rows: list[dict], env: dict) -> str:
     lines += [
         "",
         "Milliseconds and TFLOP/s on the computed entries; density = computed entries / n^2 (see",
-        "`python -m benchmarks.kernels --help`). The last column is FlexAttention's time over ours.",
+        "`python -m benchmarks.attention_kernels --help`). The last column is FlexAttention's time over ours.",
         "",
         "| op | layout | n | d | pass | density | "
         + " | ".join(f"{m} ms | {m} TFLOP/s" for m in methods)

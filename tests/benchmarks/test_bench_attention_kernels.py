@@ -1,11 +1,11 @@
-"""python -m benchmarks.kernels runs and reports (timings themselves are never asserted)."""
+"""python -m benchmarks.attention_kernels runs and reports (timings themselves are never asserted)."""
 
 import json
 
 import pytest
 import torch
 
-from benchmarks import kernels as bench
+from benchmarks import attention_kernels as bench
 
 
 def test_cpu_run_writes_a_table_with_the_environment(tmp_path, monkeypatch):
@@ -15,7 +15,7 @@ def test_cpu_run_writes_a_table_with_the_environment(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "kernels_cpu.json").read_text())
     env, rows = data["environment"], data["rows"]
     assert env["torch"] == torch.__version__ and "no GPU" in env["device"]
-    assert env["triton"] != "" and env["command"].startswith("python -m benchmarks.kernels ")
+    assert env["triton"] != "" and env["command"].startswith("python -m benchmarks.attention_kernels ")
     # 2 layouts + routing, 3 methods, 2 passes
     assert len(rows) == 3 * 3 * 2
     for r in rows:
