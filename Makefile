@@ -22,7 +22,8 @@ comma := ,
 .PHONY: setup run train test lint lock test-latest
 
 # Every dependency at the exact version of requirements/lock.txt (the versions the suite passed
-# with), then the zoo itself without resolving anything more. The lock holds the extras too: triton
+# with), then the zoo itself without resolving or downloading anything more (built with the
+# lock's setuptools, not the newest one). The lock holds the extras too: triton
 # (the kernels on a GPU; on a CPU their tests run in Triton's interpreter), transformers and lm-eval
 # (the integrations) and the dev tools. `make lock` refreshes it; `make test-latest` tries the newest.
 LOCK := requirements/lock.txt
@@ -32,17 +33,18 @@ $(VENV)/.installed: $(LOCK) pyproject.toml
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -r $(LOCK)
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 setup: $(VENV)/.installed
 
 # Re-resolve the lock from pyproject.toml's ranges (pip-tools; pip's own settings find the CPU
-# build of torch that requirements/torch-cpu.txt names). Review the diff, run `make test`, commit.
+# build of torch; requirements/constraints.txt says what it may not take, and why). Review the
+# diff, run `make test`, commit.
 lock: setup
 	$(BIN)/pip-compile -q --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
 		$(foreach e,$(subst $(comma), ,$(EXTRAS)),--extra $(e)) \
-		--constraint requirements/torch-cpu.txt --output-file $(LOCK) pyproject.toml
+		--constraint requirements/constraints.txt --output-file $(LOCK) pyproject.toml
 	@echo "$(LOCK) refreshed: review 'git diff $(LOCK)', then 'make test' and commit it."
 
 run: setup

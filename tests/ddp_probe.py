@@ -1,7 +1,8 @@
 """A callback that records what each process of a fit held, for tests/test_ddp.py.
 
-Passed to ``zoo fit`` with ``--trainer.callbacks+={"class_path": "ddp_probe.RankProbe", ...}`` (the
-test puts tests/ on ``PYTHONPATH``). Each process writes ``rank{global_rank}.pt`` into ``out``.
+Passed to ``zoo fit`` with ``--trainer.callbacks+={"class_path": "ddp_probe.RankProbe", ...}``
+and ``--allow_class_path ddp_probe`` (the test puts tests/ on ``PYTHONPATH``). Each process
+writes ``rank{global_rank}.pt`` into ``out``.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ def fit(out: Path, devices: int, model_config: str | None = None) -> list[dict]:
         f"--trainer.devices={devices}",
         f"--trainer.default_root_dir={out}",
         f"--trainer.callbacks+={probe}",
+        "--allow_class_path", "ddp_probe",  # the test's own callback: allowed by name
     ]  # fmt: skip
     if devices > 1:
         args.append("--trainer.strategy=ddp")  # gloo on CPU

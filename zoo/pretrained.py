@@ -40,7 +40,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from zoo.config import ModelConfig, check_memory, suggest
-from zoo.errors import CheckpointError, ConfigError, UnknownModelError, ZooWarning
+from zoo.errors import CheckpointError, ConfigError, UnknownModelError, ZooError, ZooWarning
 from zoo.files import (
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -153,6 +153,24 @@ def _with_overrides(
         return config.replace(**overrides)
     except ConfigError as e:
         raise ConfigError(f"from_pretrained: {e}") from None
+
+
+def _registered(directory: Path) -> bool:
+    """Whether a folder's verified manifest gives its config and weights the sha256 that
+    ``checkpoints.yaml`` registers for a published checkpoint (its shipped copy, loaded by path):
+    the registry binds the two files, so there is nothing more to check."""
+    from zoo.hub import load_registry
+
+    recorded = json.loads((directory / MANIFEST_NAME).read_text()).get("sha256", {})
+    mine = (recorded.get(CONFIG_NAME), recorded.get(WEIGHTS_NAME))
+    try:
+        entries = load_registry().entries.values()
+    except ZooError:  # no readable registry: nothing binds the files
+        return False
+    return any(
+        mine == tuple((e.files.get(f) or {}).get("sha256") for f in (CONFIG_NAME, WEIGHTS_NAME))
+        for e in entries
+    )
 
 
 def _warn_if_unchecked(directory: Path, *, unverified: bool, unchecked: bool) -> None:
@@ -389,6 +407,7 @@ def from_pretrained(
         metadata = None  # load_weights says what is wrong with the file, after the warning
     # a published checkpoint's config.json is bound to its weights by checkpoints.yaml
     unchecked = entry is None and metadata is not None and CONFIG_METADATA_KEY not in metadata
+    unchecked = unchecked and (unverified or not _registered(directory))  # a shipped copy: bound
     if config_path.is_file():
         _warn_if_unchecked(directory, unverified=unverified, unchecked=unchecked)
     cls, saved = _read_config(config_path)

@@ -17,7 +17,7 @@ def _run(code: str, cwd) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("cwd", ["outside", "root"])
 def test_kernels_folder_is_zoo_kernels(tmp_path, cwd):
     code = (
-        "import zoo.kernels, zoo.kernels.dispatch as d, pathlib; "
+        "import zoo.kernels, zoo.kernels.segment as d, pathlib; "
         "print(pathlib.Path(d.__file__).parent.name, callable(zoo.kernels.block_sparse_attention))"
     )
     ok = _run(code, tmp_path if cwd == "outside" else REPO)

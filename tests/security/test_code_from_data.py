@@ -238,7 +238,7 @@ def test_allow_class_path_lets_a_users_own_callback_through(tmp_path, monkeypatc
 
 
 def test_no_weights_only_false_anywhere():
-    """The repository never unpickles with weights_only=False (code, tests, experiments)."""
+    """The repository never calls torch.load with weights_only off (code, tests, experiments)."""
     found = subprocess.run(
         ["git", "grep", "-n", "weights_only" + "=False", "--", "*.py"],
         cwd=REPO, capture_output=True, text=True,

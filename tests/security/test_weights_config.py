@@ -328,3 +328,17 @@ def test_the_estimate_is_close_below_the_true_count(name):
     assert 0.4 * actual <= estimate <= 1.02 * actual, (estimate, actual)
     assert activations > 0
     check_memory(preset.config, name, "meta")  # meta allocates nothing: never refused
+
+
+def test_a_published_checkpoints_shipped_copy_loaded_by_path_needs_no_warning():
+    """checkpoints/<name>/ loaded by path (transformers' habit, checkpoint_folder): its manifest's
+    sha256 are the registry's, which binds config.json and the weights: nothing to warn about."""
+    import warnings
+
+    from zoo import from_pretrained
+    from zoo.hub import load_registry
+
+    folder = load_registry().shipped_dir / "transformer_lm_small.pg19mini"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_pretrained(folder)
