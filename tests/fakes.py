@@ -75,3 +75,20 @@ def pg19mini_test_books(root: Path, sizes: tuple[int, int, int]) -> Path:
     for seed, (ebook, size) in enumerate(zip(PG19MINI_TEST, sizes, strict=True)):
         (root / "pg19mini" / f"{ebook}.txt").write_bytes(word_salad(size, seed))
     return root
+
+
+def run_zoo(capsys, *args: str) -> tuple[int, str, str]:
+    """``zoo ARGS`` in this process: (exit status, stdout, stderr); ``sys.exit(message)``'s
+    message, which Python prints at exit, is added to stderr."""
+    from zoo.cli import main
+
+    capsys.readouterr()
+    message = ""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+        message = e.code if isinstance(e.code, str) else ""
+    out, err = capsys.readouterr()
+    return code, out, err + message

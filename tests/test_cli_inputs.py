@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from fakes import run_zoo
 from lightning import LightningDataModule, LightningModule
 
 from zoo.commands.lightning import ZooCLI
@@ -112,20 +113,6 @@ def test_init_from_a_run_directory_starts_from_its_weights(tmp_path):
 
 
 # --- item 6: one-line errors (exit 2) or the documented behaviour -------------------------------
-def run_zoo(capsys, *args: str) -> tuple[int, str, str]:
-    """``zoo ARGS`` in this process: (exit status, stdout, stderr)."""
-    from zoo.cli import main
-
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 LM = "transformer_lm_small.pg19mini"
 
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes import pg19mini_test_books
+from fakes import pg19mini_test_books, run_zoo
 
 import zoo
-from zoo.cli import main
 from zoo.data.byte_corpora import EmptyDataWarning
 from zoo.errors import ConfigError, DataNotFoundError
 from zoo.evaluation import evaluate
@@ -26,21 +25,6 @@ def model(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("model") / "tiny"
     zoo.create_model("transformer_lm_tiny").save_pretrained(folder)
     return str(folder)
-
-
-def run_zoo(capsys, *args: str) -> tuple[int, str, str]:
-    """``zoo ARGS`` in this process: (exit status, stdout, stderr); ``sys.exit(message)``'s
-    message, which Python prints at exit, is added to stderr."""
-    capsys.readouterr()
-    message = ""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        message = e.code if isinstance(e.code, str) else ""
-    out, err = capsys.readouterr()
-    return code, out, err + message
 
 
 def test_an_empty_test_book_warns_and_the_others_are_measured(model, tmp_path):

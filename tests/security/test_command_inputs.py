@@ -10,25 +10,12 @@ import shutil
 
 import pytest
 import torch
+from fakes import run_zoo
 
 import zoo
 from zoo.errors import ConfigError, SequenceTooLongError, ZooError
 
 TINY_LM_CONTEXT = 128  # transformer_lm_tiny's max_seq_len
-
-
-def run_zoo(capsys, *args: str) -> tuple[int, str, str]:
-    """``zoo ARGS`` in this process: (exit status, stdout, stderr), as tests/test_cli_inputs.py."""
-    from zoo.cli import main
-
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line_error(code: int, err: str, prog: str, message: str) -> None:
