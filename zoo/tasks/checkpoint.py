@@ -276,9 +276,14 @@ def load_checkpoint(
             not plain data, an ``init_from`` that is not a published name (without
             ``trust_init_from``), or weights that do not fit the rebuilt task.
     """
+    task = _rebuild(read_checkpoint(path), path, task_cls, strict, trust_init_from, overrides)
+    return task.to(map_location) if map_location is not None else task
+
+
+def _rebuild(ckpt, path, task_cls, strict, trust_init_from, overrides) -> LightningModule:
+    """:func:`load_checkpoint` of a checkpoint already read (:func:`read_checkpoint`)."""
     from zoo.tasks.causal_lm import CausalLM
 
-    ckpt = read_checkpoint(path)
     saved = saved_task(ckpt, path)
     if task_cls is not None and saved is not None and not issubclass(saved, task_cls):
         use = ("measure it on a parallel corpus (--dataset multi30k)" if saved.__name__ ==
@@ -307,7 +312,7 @@ def load_checkpoint(
             f"{path}: its weights do not fit the {task_cls.__name__} its hyper-parameters describe "
             f"({first[-1].strip() if first else type(e).__name__})"
         ) from None
-    return task.to(map_location) if map_location is not None else task
+    return task
 
 
 def migrate_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
@@ -321,9 +326,8 @@ def migrate_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = 
     from zoo.files import atomic_path
 
     path = Path(path)
-    task = load_checkpoint(path, trust_init_from=True)
-    ckpt = read_checkpoint(path)
-    ckpt = {k: v for k, v in ckpt.items()}
+    ckpt = dict(read_checkpoint(path))  # read once: rebuilt from, then written with the record
+    task = _rebuild(ckpt, path, None, True, True, None)
     ckpt[MODEL_RECORD] = model_record(task.model)
     out = Path(out) if out is not None else path
     with atomic_path(out) as tmp:
