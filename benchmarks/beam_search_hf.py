@@ -20,11 +20,13 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+Runner = Callable[[], float]  # runs one side once and returns its seconds
 
 
 def sources(n: int) -> torch.Tensor:
@@ -74,6 +76,39 @@ def counted(module, method: str | None = None) -> list[int]:
     return calls
 
 
+def contenders(sentences: int, steps: int) -> tuple[Runner, Runner, list[int], list[int]]:
+    """The two sides of the race: ``(run_zoo, run_hf, zoo_steps, hf_steps)``.
+
+    ``run_zoo`` and ``run_hf`` each decode the first ``sentences`` test2016 sentences with beam 4
+    for exactly ``steps`` decoder steps and return their seconds; ``zoo_steps[0]`` and
+    ``hf_steps[0]`` count the decoder calls made since they were last set to 0.
+    """
+    import zoo
+    from zoo.beam_search import beam_search
+
+    torch.manual_seed(0)
+    ours = zoo.create_model("transformer_small", vocab_size=8000).eval()
+    theirs = marian_like(ours)
+    src = sources(sentences)
+    mask = (src != 0).long()
+    zoo_steps, hf_steps = counted(ours, "decode"), counted(theirs.model.decoder)
+
+    def run_zoo() -> float:
+        start = time.perf_counter()
+        beam_search(ours, src, bos_id=1, eos_id=2, beam_size=4, max_len_a=0.0, max_len_b=steps)
+        return time.perf_counter() - start
+
+    def run_hf() -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            theirs.generate(input_ids=src, attention_mask=mask, num_beams=4, do_sample=False,
+                            max_new_tokens=steps, min_new_tokens=steps,
+                            early_stopping=True)  # fmt: skip
+        return time.perf_counter() - start
+
+    return run_zoo, run_hf, zoo_steps, hf_steps
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sentences", type=int, default=16)
@@ -86,30 +121,9 @@ def main() -> None:
 
     import transformers
 
-    import zoo
-    from zoo.beam_search import beam_search
     from zoo.lineage import device_name
 
-    torch.manual_seed(0)
-    ours = zoo.create_model("transformer_small", vocab_size=8000).eval()
-    theirs = marian_like(ours)
-    src = sources(args.sentences)
-    mask = (src != 0).long()
-    zoo_steps, hf_steps = counted(ours, "decode"), counted(theirs.model.decoder)
-
-    def run_zoo() -> float:
-        start = time.perf_counter()
-        beam_search(ours, src, bos_id=1, eos_id=2, beam_size=4, max_len_a=0.0, max_len_b=args.steps)
-        return time.perf_counter() - start
-
-    def run_hf() -> float:
-        start = time.perf_counter()
-        with torch.no_grad():
-            theirs.generate(input_ids=src, attention_mask=mask, num_beams=4, do_sample=False,
-                            max_new_tokens=args.steps, min_new_tokens=args.steps,
-                            early_stopping=True)  # fmt: skip
-        return time.perf_counter() - start
-
+    run_zoo, run_hf, zoo_steps, hf_steps = contenders(args.sentences, args.steps)
     run_zoo(), run_hf()  # warm-up
     rows = []
     for r in range(args.rounds):

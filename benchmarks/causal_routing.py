@@ -63,7 +63,7 @@ def step(model, idx: torch.Tensor, precision: str) -> float:
     """One forward + loss + backward; the loss in nats."""
     model.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        logits = model(idx[:, :-1])
+        logits = model(idx[:, :-1]).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
     loss.backward()
     return float(loss.detach())

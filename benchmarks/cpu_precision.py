@@ -56,7 +56,7 @@ def _step_fn(preset: str, batch: int, src_len: int, length: int):
     def step(bf16: bool) -> float:
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(*inputs)
+            logits = model(*inputs).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
         loss.backward()
         opt.step()

@@ -124,6 +124,7 @@ def run_one(method: str, n: int) -> dict:
         t = time.perf_counter()
         with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
             out = model(x)
+        out = getattr(out, "logits", out)  # a zoo model's output, or a tensor / (logits, aux)
         logits, aux = out if isinstance(out, tuple) else (out, 0.0)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) + aux
         loss.backward()

@@ -118,7 +118,7 @@ def trainer(row: dict, device: str):
     def step() -> None:
         x, y = batch()
         with torch.autocast(device, torch.bfloat16, enabled=row["precision"] == "bf16"):
-            out = model(x)
+            out = model(x).logits
             logits = getattr(out, "logits", out)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         loss.backward()

@@ -3,10 +3,13 @@
 The zoo's Hub code uses the official ``huggingface_hub`` client; tests point it at this server with
 ``HF_ENDPOINT=http://127.0.0.1:PORT`` and ``HF_HUB_DISABLE_XET=1`` (the client cannot upload to a
 server without Xet otherwise). It implements the endpoints that client uses for model repos:
-create repo, YAML validation, preupload, git-LFS batch/upload/verify, NDJSON commits, repo info
-(also at old revisions), tree listings and ``resolve`` (HEAD and GET, byte ranges), with the Hub's
-error headers. Repos live in memory as immutable commits (``sha -> {path: blob}``) and branch refs,
-so pinned revisions keep resolving after new commits. ``../shared/TOOLCHAIN.md`` lists what the
+create repo, create branch, YAML validation, preupload, git-LFS batch/upload/verify, NDJSON commits
+(to a branch, or ``?create_pr=1``: a pull request against it), repo info (also at old revisions),
+refs, tree listings and ``resolve`` (HEAD and GET, byte ranges), with the Hub's error headers.
+Repos live in memory as immutable commits (``sha -> {path: blob}``) and refs (branches, and
+``refs/pr/N`` for pull requests, recorded in ``Repo.pull_requests``), so pinned revisions keep
+resolving after new commits. Revisions travel URL-encoded whole (``refs%2Fpr%2F1``) and are
+decoded after the route is matched. ``../shared/TOOLCHAIN.md`` lists what the
 client needs from a server; this file follows it.
 
 Usage::
@@ -55,9 +58,18 @@ class Blob:
 
 
 @dataclass
+class PullRequest:
+    num: int
+    title: str  # the first commit's summary
+    target: str  # the branch it would merge into
+    ref: str  # "refs/pr/{num}", a revision that resolves to its head
+
+
+@dataclass
 class Repo:
     commits: dict[str, dict[str, Blob]] = field(default_factory=dict)
-    refs: dict[str, str] = field(default_factory=dict)  # branch -> commit sha
+    refs: dict[str, str] = field(default_factory=dict)  # branch or refs/pr/N -> commit sha
+    pull_requests: dict[int, PullRequest] = field(default_factory=dict)
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
@@ -109,10 +121,12 @@ class HubServer:
 
 
 def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
+    # matched on the raw path: a revision is one URL-encoded segment (refs%2Fpr%2F1)
     api_repo = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?$")
     api_action = re.compile(
-        r"^/api/models/([^/]+/[^/]+)/(preupload|commit|tree)/([^/]+)(?:/(.*))?$"
+        r"^/api/models/([^/]+/[^/]+)/(preupload|commit|tree|branch)/([^/]+)(?:/(.*))?$"
     )
+    api_refs = re.compile(r"^/api/models/([^/]+/[^/]+)/refs$")
     resolve = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
     lfs_batch = re.compile(r"^/([^/]+/[^/]+)\.git/info/lfs/objects/batch$")
 
@@ -194,6 +208,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def do_HEAD(self) -> None:
             self.do_GET()
 
+        def _route(self, pattern: re.Pattern) -> tuple[str | None, ...] | None:
+            """The decoded groups of ``pattern`` matched on the raw path, or None."""
+            m = pattern.match(urlparse(self.path).path)
+            return None if m is None else tuple(g and unquote(g) for g in m.groups())
+
         def do_GET(self) -> None:
             url = urlparse(self.path)
             path, query = unquote(url.path), parse_qs(url.query)
@@ -203,13 +222,15 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return self._error(
                     401, "Unauthorized", "Invalid credentials in Authorization header"
                 )
-            if m := api_repo.match(path):
-                return self._info(m.group(1), m.group(2) or "main")
-            if (m := api_action.match(path)) and m.group(2) == "tree":
+            if m := self._route(api_repo):
+                return self._info(m[0], m[1] or "main")
+            if m := self._route(api_refs):
+                return self._refs(m[0], query.get("include_prs", ["0"])[0] in ("1", "true"))
+            if (m := self._route(api_action)) and m[1] == "tree":
                 recursive = query.get("recursive", ["false"])[0] == "true"
-                return self._tree(m.group(1), m.group(3), m.group(4) or "", recursive)
-            if m := resolve.match(path):
-                return self._resolve(*m.groups())
+                return self._tree(m[0], m[2], m[3] or "", recursive)
+            if m := self._route(resolve):
+                return self._resolve(*m)
             self._error(404, "EntryNotFound", f"no route for {path}")
 
         def do_PUT(self) -> None:
@@ -226,7 +247,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._error(404, "EntryNotFound", path)
 
         def do_POST(self) -> None:
-            path = unquote(urlparse(self.path).path)
+            url = urlparse(self.path)
+            path, query = unquote(url.path), parse_qs(url.query)
             hub.requests.append(("POST", path))
             if path == "/api/repos/create":
                 return self._create(json.loads(self._body() or b"{}"))
@@ -240,14 +262,17 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if re.match(r"^/lfs-verify/[0-9a-f]{64}$", path):
                 self._body()
                 return self._json(200, {})
-            if m := api_action.match(path):
-                repo_id, action, rev = m.group(1), m.group(2), m.group(3)
+            if m := self._route(api_action):
+                repo_id, action, rev = m[0], m[1], m[2]
                 if not self._authorized(repo_id.split("/")[0]) or self._fault(action):
                     return
                 if action == "preupload":
                     return self._preupload(repo_id, json.loads(self._body()))
                 if action == "commit":
-                    return self._commit(repo_id, rev, self._body())
+                    create_pr = query.get("create_pr", ["0"])[0] in ("1", "true")
+                    return self._commit(repo_id, rev, self._body(), create_pr)
+                if action == "branch":
+                    return self._create_branch(repo_id, rev, json.loads(self._body() or b"{}"))
             self._error(404, "EntryNotFound", f"no route for {path}")
 
         # --- endpoints -----------------------------------------------------------------------
@@ -350,18 +375,55 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 objects.append(entry)
             self._json(200, {"transfer": "basic", "objects": objects})
 
-        def _commit(self, repo_id: str, rev: str, body: bytes) -> None:
+        def _refs(self, repo_id: str, include_prs: bool) -> None:
+            """``GET /api/models/{id}/refs[?include_prs=1]``: branches (and pull requests)."""
+            if (repo := self._repo(repo_id)) is None:
+                return
+            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha}
+                        for b, sha in sorted(repo.refs.items()) if not b.startswith("refs/")]  # fmt: skip
+            out = {"branches": branches, "converts": [], "tags": []}
+            if include_prs:
+                out["pullRequests"] = [
+                    {"name": pr.ref, "ref": pr.ref, "targetCommit": repo.refs[pr.ref]}
+                    for pr in repo.pull_requests.values()
+                ]
+            self._json(200, out)
+
+        def _create_branch(self, repo_id: str, branch: str, req: dict) -> None:
+            """``POST /api/models/{id}/branch/{branch}`` ``{"startingPoint"?: rev}``: a new branch
+            at ``startingPoint`` (default: main's head); 409 if it exists."""
+            if (repo := self._repo(repo_id)) is None:
+                return
+            valid = re.fullmatch(r"[\w.\-/]+", branch) and ".." not in branch
+            if branch.startswith("refs/") or not valid:
+                return self._error(400, "BadRequest", f"Invalid reference for a branch: {branch}")
+            if branch in repo.refs:
+                return self._error(409, "Conflict", f"Reference {branch} already exists")
+            start = req.get("startingPoint") or "main"
+            if (sha := repo.resolve(start)) is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {start}")
+            repo.refs[branch] = sha
+            self._json(200, {})
+
+        def _commit(self, repo_id: str, rev: str, body: bytes, create_pr: bool) -> None:
+            """``POST /api/models/{id}/commit/{rev}[?create_pr=1]``: NDJSON operations committed
+            to the branch (or ``refs/pr/N``) ``rev``, or with ``create_pr`` to a new pull request
+            against the branch ``rev`` (from ``parentCommit`` if given), which stays where it is."""
             if (found := self._revision(repo_id, rev)) is None:
                 return
             repo, base = found
+            if create_pr and (rev not in repo.refs or rev.startswith("refs/")):
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev} (no branch)")
+            items = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            header = next((i["value"] for i in items if i["key"] == "header"), {})
+            parent = header.get("parentCommit")
+            if create_pr and parent in repo.commits:
+                base = parent  # the pull request starts from the given parent
+            elif parent not in (None, base):
+                return self._error(412, "BadRequest", "parentCommit is not the branch head")
             files = dict(repo.commits[base])
-            for line in body.decode().splitlines():
-                if not line.strip():
-                    continue
-                item = json.loads(line)
+            for item in items:
                 key, value = item["key"], item["value"]
-                if key == "header" and value.get("parentCommit") not in (None, base):
-                    return self._error(412, "BadRequest", "parentCommit is not the branch head")
                 if key == "file":
                     files[value["path"]] = Blob(base64.b64decode(value["content"]), lfs=False)
                 elif key == "lfsFile":
@@ -374,8 +436,14 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 elif key == "deletedFolder":
                     folder = value["path"].rstrip("/") + "/"
                     files = {p: b for p, b in files.items() if not p.startswith(folder)}
+            pr_url = None
+            if create_pr:
+                num = len(repo.pull_requests) + 1
+                pr = PullRequest(num, header.get("summary", ""), rev, f"refs/pr/{num}")
+                repo.pull_requests[num] = pr
+                rev, pr_url = pr.ref, f"{hub.url}/{repo_id}/discussions/{num}"
             sha = hub.new_commit(repo, rev, files)
             self._json(200, {"commitOid": sha, "commitUrl": f"{hub.url}/{repo_id}/commit/{sha}",
-                             "pullRequestUrl": None})  # fmt: skip
+                             "pullRequestUrl": pr_url})  # fmt: skip
 
     return Handler

@@ -57,7 +57,7 @@ def _score(model, src, out, alpha):
     """log p(out | src) (nats, summed over tokens incl. EOS) / lp(|out|), by a full forward."""
     tgt = torch.tensor([[BOS, *out[:-1]]])
     with torch.no_grad():
-        logp = model(src, tgt)[0].float().log_softmax(-1)
+        logp = model(src, tgt).logits[0].float().log_softmax(-1)
     total = float(sum(logp[t, tok] for t, tok in enumerate(out)))
     return total / length_penalty(len(out), alpha)
 

@@ -86,7 +86,7 @@ def test_each_target_is_predicted_from_the_window_the_profile_names(models, corp
                     at.append(t - 1 - (end - c))
                     targets.append(int(doc[t]))
         with torch.no_grad():  # the windows side by side in a batch: each is its own sequence
-            logits = model(torch.stack(windows))[torch.arange(len(at)), torch.tensor(at)]
+            logits = model(torch.stack(windows)).logits[torch.arange(len(at)), torch.tensor(at)]
         nats = F.cross_entropy(logits, torch.tensor(targets), reduction="sum").item()
         assert min(at) + 1 == p.min_context[i]
         assert p.bits[i] == pytest.approx(nats / p.targets / math.log(2), abs=1e-4)

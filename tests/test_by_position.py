@@ -88,7 +88,7 @@ def test_first_bucket_is_the_nll_of_the_first_positions(models, data_dir):
     windows = EvalWindows(docs.splits["test"], T)
     x, y = (torch.stack([windows[i][k] for i in (0, 1)]) for k in (0, 1))
     with torch.no_grad():
-        nll = F.cross_entropy(model(x).transpose(1, 2), y, reduction="none")  # (2, T)
+        nll = F.cross_entropy(model(x).logits.transpose(1, 2), y, reduction="none")  # (2, T)
     for i in range(4):
         expected = nll[:, 32 * i : 32 * (i + 1)].mean().item() / math.log(2)
         assert p.bits[i] == pytest.approx(expected, abs=1e-4)
@@ -134,7 +134,7 @@ def test_sliding_evaluation_is_the_nll_with_the_longer_context(models, corpus):
         for t in range(n - 1):  # target t + 1, from the window holding it
             start = 0 if t < T else ((t - T) // stride + 1) * stride
             with torch.no_grad():
-                logits = model(book[start : t + 1][None])[0, -1]
+                logits = model(book[start : t + 1][None]).logits[0, -1]
             total += F.cross_entropy(logits[None], book[t + 1][None]).item()
     assert p.bits_per_byte == pytest.approx(total / p.targets / math.log(2), abs=1e-4)
     plain = bits_by_position(models["rotary"], bucket=T, data_dir=str(corpus), progress=False)

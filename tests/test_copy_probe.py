@@ -15,6 +15,7 @@ from torch import nn
 import zoo
 from zoo.cli import main
 from zoo.errors import CheckpointError, ConfigError
+from zoo.models.outputs import CausalLMOutput
 from zoo.probes import (
     CopyProbe,
     copy_inputs,
@@ -41,7 +42,7 @@ class CopyOracle(nn.Module):
         self.reach, self.order = reach, order
         self.inputs: list[torch.Tensor] = []
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, 256)
+    def forward(self, idx: torch.Tensor) -> CausalLMOutput:  # (B, T) -> logits (B, T, 256)
         self.inputs += list(idx.cpu())
         B, T = idx.shape
         o = self.order
@@ -57,7 +58,7 @@ class CopyOracle(nn.Module):
             last = torch.where(match, s, -1).amax(1)  # (T,) the most recent, -1: none
             found = (last >= 0).nonzero().flatten()
             logits[b, found, idx[b, last[found] + 1]] = 10.0
-        return logits
+        return CausalLMOutput(logits=logits)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_the_control_is_one_pass_per_trial_and_the_repeat_differs_only_at_the_fi
             assert torch.equal(repeat, copy_inputs(text[start : start + 512], span, d))
         for value, row in zip((p.trial_control[t], *(r[t] for r in p.trial_repeat)), rows,
                               strict=True):  # fmt: skip
-            logits = CopyOracle(max_seq_len=512)(row[None])[0, q + k - 1 : -1]
+            logits = CopyOracle(max_seq_len=512)(row[None]).logits[0, q + k - 1 : -1]
             nats = F.cross_entropy(logits, row[q + k :]).item()
             assert value == pytest.approx(nats / math.log(2), abs=1e-5)
     # other distances: the same control, the same repeat at the distance both measured

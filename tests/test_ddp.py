@@ -166,7 +166,7 @@ def _fsdp_worker(rank: int, store: str, out: str) -> None:
     optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
     x = torch.randint(0, 256, (2 * B, T), generator=torch.Generator().manual_seed(1))
     for _ in range(2):
-        sharded(x.chunk(2)[rank]).float().mean().backward()
+        sharded(x.chunk(2)[rank]).logits.float().mean().backward()
         optimizer.step()
         optimizer.zero_grad()
     held = [m.centroids.clone() for m in kmeans]

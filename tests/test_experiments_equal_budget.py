@@ -28,7 +28,7 @@ def test_every_run_builds_a_model_of_the_shared_size(base, name):
     assert model.config.max_seq_len == config["data"]["init_args"]["seq_len"]
     for key, value in size.items():
         assert getattr(model.config, key) == value
-    logits = model(torch.randint(0, 256, (1, 64)))
+    logits = model(torch.randint(0, 256, (1, 64))).logits
     assert logits.shape == (1, 64, 256)
 
 

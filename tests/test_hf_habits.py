@@ -148,3 +148,95 @@ def test_create_model_pretrained_loads_the_presets_published_weights(published):
         zoo.create_model("transformer_lm_tiny", pretrained=True, dropout=0.1)
     with pytest.raises(UnknownModelError, match="no published checkpoint.*transformer_lm_tiny"):
         zoo.create_model("transformer_tiny", pretrained=True)
+
+
+def test_generate_takes_a_tokenizers_output_and_transformers_length_keywords():
+    model = tiny("transformer_lm_tiny")
+    a, b = torch.randint(1, 256, (7,)), torch.randint(1, 256, (4,))
+    batch = {"input_ids": torch.stack([a, torch.cat([torch.zeros(3, dtype=torch.long), b])]),
+             "attention_mask": torch.tensor([[1] * 7, [0] * 3 + [1] * 4])}  # fmt: skip
+    out = model.generate(**batch, max_length=15)  # the prompt's 7 positions count
+    assert out.shape == (2, 15)
+    assert torch.equal(out[1, 3:], model.generate(b[None], max_new_tokens=8)[0])
+    with pytest.raises(ConfigError, match="max_length=7 leaves no room"):
+        model.generate(**batch, max_length=7)
+    with pytest.raises(ConfigError, match="not a keyword"):
+        model.generate(a[None], output_scores=True)
+
+
+def test_num_return_sequences_samples_each_prompt_n_times():
+    model = tiny("transformer_lm_tiny")
+    ids = prompt(model)
+    out = model.generate(ids, max_new_tokens=6, do_sample=True, num_return_sequences=3, seed=0)
+    assert out.shape == (6, 11) and torch.equal(out[:3, :5], ids[[0, 0, 0]])
+    assert len({tuple(r) for r in out[:3, 5:].tolist()}) > 1  # three draws, not one copied
+    with pytest.raises(ConfigError, match="needs do_sample=True"):
+        model.generate(ids, num_return_sequences=2)
+
+
+def test_repetition_penalty_is_transformers_processor():
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    from zoo.generation import penalize_repetition
+
+    logits, seq = torch.randn(2, 64), torch.randint(0, 64, (2, 9))
+    expected = RepetitionPenaltyLogitsProcessor(1.7)(seq, logits.clone())
+    torch.testing.assert_close(penalize_repetition(logits, seq, 1.7), expected)
+    model = tiny("transformer_lm_tiny")
+    ids = prompt(model)
+    plain, penalized = (
+        model.generate(ids, max_new_tokens=30, repetition_penalty=p) for p in (1.0, 5.0)
+    )
+    assert not torch.equal(plain, penalized)
+    assert torch.equal(plain, model.generate(ids, max_new_tokens=30))  # 1.0: no penalty
+
+
+def test_streamer_and_generation_config():
+    from transformers import GenerationConfig
+
+    class Streamer:
+        def __init__(self):
+            self.got = []
+
+        def put(self, ids):
+            self.got.append(ids.tolist())
+
+        def end(self):
+            self.got.append("end")
+
+    model = tiny("transformer_lm_tiny")
+    ids = prompt(model, batch=1)
+    streamer = Streamer()
+    out = model.generate(ids, max_new_tokens=4, streamer=streamer)
+    assert streamer.got == [ids.tolist(), *([t] for t in out[0, 5:].tolist()), "end"]
+    config = GenerationConfig(max_new_tokens=9, do_sample=True, top_k=5)
+    assert torch.equal(model.generate(ids, generation_config=config, seed=3),
+                       model.generate(ids, max_new_tokens=9, do_sample=True, top_k=5, seed=3))  # fmt: skip
+    assert model.generate(ids, generation_config=config, max_new_tokens=2).shape == (1, 7)
+    with pytest.raises(ConfigError, match="return_dict_in_generate"):
+        model.generate(ids, generation_config=GenerationConfig(return_dict_in_generate=True))
+
+
+def test_pad_token_id_fills_a_row_after_its_eos():
+    model = tiny("transformer_lm_tiny")
+    ids = prompt(model)
+    free = model.generate(ids, max_new_tokens=12)
+    eos = int(free[0, 7])
+    out = model.generate(ids, max_new_tokens=12, eos_token_id=eos, pad_token_id=3)
+    first = 5 + next(t for t in range(8) if out[0, 5 + t] == eos)  # row 0's first EOS
+    assert out[0, first] == eos and (out[0, first + 1 :] == 3).all()
+
+
+@pytest.mark.parametrize("name", TRANSLATORS)
+def test_translators_return_the_n_best_beams(name):
+    model = tiny(name)
+    src = sources()
+    best = beam_search(model, src, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS)
+    out = model.generate(src, num_beams=4, length_penalty=0.6, num_return_sequences=2)
+    assert out.shape[0] == 6
+    for row, hyp in zip(out, [h for hyps in best for h in hyps[:2]], strict=True):
+        assert row[: len(hyp.tokens) + 1].tolist() == [BOS, *hyp.tokens]
+    with pytest.raises(ConfigError, match="at most num_beams"):
+        model.generate(src, num_beams=2, num_return_sequences=3)
+    with pytest.raises(ConfigError, match="disagrees with the padding"):
+        model.generate(src, attention_mask=torch.ones_like(src))

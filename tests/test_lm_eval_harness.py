@@ -89,27 +89,29 @@ def test_rolling_bits_per_byte_equal_zoo_evaluate(lm, folder, data_dir, tmp_path
     harness = out["results"]["zoo_slice"]["bits_per_byte,none"]
     # exactly: the harness's sum is zoo's plus the first byte's bits, over every byte
     with torch.no_grad():
-        first = lm.model(torch.tensor([[ord("\n")]])).log_softmax(-1)[0, -1, raw[0]]
+        first = lm.model(torch.tensor([[ord("\n")]])).logits.log_softmax(-1)[0, -1, raw[0]]
     expected = (zoo_metric.value * zoo_metric.targets - float(first) / math.log(2)) / len(raw)
     assert harness == pytest.approx(expected, abs=2e-5)  # zoo's value is rounded to 5 decimals
-    assert abs(zoo_metric.value - 8.0) > 1.0  # far from uniform: other windows would score otherwise
+    assert (
+        abs(zoo_metric.value - 8.0) > 1.0
+    )  # far from uniform: other windows would score otherwise
 
 
 def test_loglikelihood_is_the_models_own(lm):
     context, continuation = "It was the best of times, it was the", " worst of times"
-    (logp, greedy), = lm.loglikelihood([_request("loglikelihood", context, continuation)])
+    ((logp, greedy),) = lm.loglikelihood([_request("loglikelihood", context, continuation)])
     ids = torch.tensor([list((context + continuation).encode())])
     with torch.no_grad():
-        logits = lm.model(ids[:, :-1]).log_softmax(-1)[0]
+        logits = lm.model(ids[:, :-1]).logits.log_softmax(-1)[0]
     n = len(continuation)
     targets = ids[0, -n:]
     assert logp == pytest.approx(float(logits[-n:].gather(-1, targets[:, None]).sum()), abs=1e-4)
     assert greedy == bool((logits[-n:].argmax(-1) == targets).all())
     # a context past the model's window is cut on the left: only its last bytes matter
     long = "x" * 1000 + context
-    (logp_long, _), = lm.loglikelihood([_request("loglikelihood", long, continuation)])
-    (logp_cut, _), = lm.loglikelihood(
-        [_request("loglikelihood", long[-(lm.context + 1 - n):], continuation)]
+    ((logp_long, _),) = lm.loglikelihood([_request("loglikelihood", long, continuation)])
+    ((logp_cut, _),) = lm.loglikelihood(
+        [_request("loglikelihood", long[-(lm.context + 1 - n) :], continuation)]
     )
     assert logp_long == logp_cut
 

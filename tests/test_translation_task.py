@@ -33,7 +33,7 @@ def test_label_smoothed_loss_matches_a_hand_computation():
     tgt_out[1, 2:] = PAD_ID  # padding is not scored
     with torch.no_grad():
         loss, n = task._loss((src, tgt_in, tgt_out), 0.1)
-        logp = task.model(src, tgt_in).log_softmax(-1)
+        logp = task.model(src, tgt_in).logits.log_softmax(-1)
     V, eps, total, count = 64, 0.1, 0.0, 0
     for b in range(2):
         for t in range(4):

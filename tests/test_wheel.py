@@ -87,7 +87,7 @@ def test_from_pretrained_a_published_name_through_the_hub(site, tmp_path, hub, m
         "import torch, zoo\n"
         f"m = zoo.from_pretrained({NAME!r})\n"
         "x = torch.tensor([list(b'It was a cold night')])\n"
-        "print(type(m).__name__, m.config.d_model, float(m(x)[0, -1].logsumexp(-1)))\n"
+        "print(type(m).__name__, m.config.d_model, float(m(x).logits[0, -1].logsumexp(-1)))\n"
     )
     done = run_installed(site, tmp_path, code)
     assert done.returncode == 0, done.stderr

@@ -11,7 +11,7 @@ model = zoo.from_pretrained("transformer_lm_small.pg19mini")
 zoo.translate(zoo.from_pretrained("./translation_folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 import importlib
 from typing import Any

@@ -233,7 +233,7 @@ def _tokens(model: nn.Module, n: int, device: torch.device, seed: int) -> torch.
 
 def _full(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Logits ``(1, n, V)`` of ``x``; an encoder-decoder reads ``x`` as source and target."""
-    return model(x, x) if _seq2seq(model) else model(x)
+    return (model(x, x) if _seq2seq(model) else model(x)).logits
 
 
 def _prefill(model: nn.Module, x: torch.Tensor, prompt_len: int):
@@ -243,11 +243,13 @@ def _prefill(model: nn.Module, x: torch.Tensor, prompt_len: int):
         cache = model.init_cache(*model.encode(x))
         return model.decode(x[:, :prompt_len], cache=cache), cache
     cache = model.init_cache(1)
-    return model(x[:, :prompt_len], cache), cache
+    return model(x[:, :prompt_len], past_key_values=cache).logits, cache
 
 
 def _step(model: nn.Module, token: torch.Tensor, cache) -> torch.Tensor:
-    return model.decode(token, cache=cache) if _seq2seq(model) else model(token, cache)
+    if _seq2seq(model):
+        return model.decode(token, cache=cache)
+    return model(token, past_key_values=cache).logits
 
 
 def measure_length(

@@ -261,7 +261,7 @@ def _nats_per_block(model, docs, per_context, n_blocks: int, tokens_per_batch: i
                     torch.from_numpy(docs[d][e - c : e + 1].astype("int64")) for d, e, _, _ in batch
                 ]
                 xy = torch.stack(chunks).to(device)  # (B, c + 1)
-                logits = model(xy[:, :-1])  # (B, c, V)
+                logits = model(xy[:, :-1]).logits  # (B, c, V)
                 nll = F.cross_entropy(logits.float().transpose(1, 2), xy[:, 1:], reduction="none")
                 nll = nll.double().cpu()  # (B, c)
                 for j, (_, _, scored, b) in enumerate(batch):

@@ -158,7 +158,7 @@ def _nll_by_position(model, loader, context: int, device, description: str, prog
     with torch.no_grad():
         for x, y in track(loader, description=description, disable=not progress):
             x, y = x.to(device), y.to(device)
-            logits = model(x)  # (B, T, V)
+            logits = model(x).logits  # (B, T, V)
             nll = F.cross_entropy(
                 logits.float().flatten(0, 1), y.flatten(), reduction="none", ignore_index=-100
             ).view_as(y)  # nats; 0 at ignored targets

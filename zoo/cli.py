@@ -51,6 +51,8 @@ commands:
 A recipe may name classes of the zoo, Lightning and torch.optim; add --allow_class_path PREFIX to
 fit | validate | test | predict for others you trust (docs/security.md).
 
+Every command has its own --help (`zoo fit --model.help CausalLM`: a task's settings).
+
 examples:
   zoo fit --config recipes/transformer_lm/pg19mini.yaml
   zoo generate --checkpoint transformer_lm_small.pg19mini --prompt "It was"
@@ -71,23 +73,24 @@ def main(argv: list[str] | None = None) -> None:
 
     A fit stopped by SIGTERM or Ctrl-C (SIGINT) exits 143 or 130 (128 + the signal, as a shell
     reports it) with the checkpoint to resume from (:func:`zoo.callbacks.resume_hint`); Ctrl-C
-    elsewhere exits 130 without a traceback.
+    elsewhere exits 130 without a traceback. Nothing heavy (Lightning, torch) is imported here:
+    each command imports what it needs once its arguments are parsed, so ``--help`` answers at once.
+
+    Raises:
+        SystemExit: with the command's status (2 for a zoo error, in one line).
     """
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from zoo.callbacks import resume_hint
-
     try:
         # the zoo's own warnings (ZooWarning: a retired checkpoint) as one line each
         with one_line_warnings("zoo", ZooWarning):
             _main(list(sys.argv[1:] if argv is None else argv))
-    except SIGTERMException:  # a SystemExit with status 0: the run did not finish
-        print(f"zoo: stopped by SIGTERM; {resume_hint()}", file=sys.stderr)
-        sys.exit(128 + signal.SIGTERM)
-    except SystemExit as e:  # Lightning ends a fit stopped by Ctrl-C with sys.exit(1)
+    except SystemExit as e:
+        if _stopped_by_sigterm(e):  # Lightning's SIGTERMException: status 0, the run did not finish
+            print(f"zoo: stopped by SIGTERM; {_resume_hint()}", file=sys.stderr)
+            sys.exit(128 + signal.SIGTERM)
+        # Lightning ends a fit stopped by Ctrl-C with sys.exit(1)
         if e.code != 1 or not isinstance(e.__context__, KeyboardInterrupt):
             raise
-        print(f"zoo: stopped by Ctrl-C (SIGINT); {resume_hint()}", file=sys.stderr)
+        print(f"zoo: stopped by Ctrl-C (SIGINT); {_resume_hint()}", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     except KeyboardInterrupt:
         print("zoo: stopped by Ctrl-C (SIGINT)", file=sys.stderr)
@@ -98,6 +101,19 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"zoo: error: {cause}", file=sys.stderr)
         sys.exit(2)
+
+
+def _stopped_by_sigterm(exc: SystemExit) -> bool:
+    """Whether ``exc`` is Lightning's ``SIGTERMException``: only a command that imported Lightning
+    can raise it, so Lightning is looked up, never imported, here."""
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return exceptions is not None and isinstance(exc, exceptions.SIGTERMException)
+
+
+def _resume_hint() -> str:
+    from zoo.callbacks import resume_hint  # Lightning is loaded already: a fit was running
+
+    return resume_hint()
 
 
 COMMANDS = {  # command -> (module, function taking the remaining arguments), imported when run

@@ -95,7 +95,9 @@ class ModelConfig:
     A family whose default changes lists the old value in ``saved_defaults``: a saved config
     (``config.json``) that lacks the key was built with it, and :meth:`from_dict` restores it.
     ``training_only`` names fields that a recipe fine-tuning a checkpoint (``init_from``) may
-    leave at the preset's default: the checkpoint keeps its own.
+    leave at the preset's default: the checkpoint keeps its own. ``retired_keys`` are keys that
+    older saved configs hold but that are no longer fields: :meth:`from_dict` checks their type,
+    drops them and keeps their values in ``retired`` (for the model to read; never saved again).
     """
 
     # key -> the value a config saved without that key was built with
@@ -103,6 +105,10 @@ class ModelConfig:
     # fields that steer only training's non-gradient updates (e.g. routing centroids), never the
     # weights or the function: fine-tuning a checkpoint keeps its own values unless overridden
     training_only: ClassVar[tuple[str, ...]] = ()
+    # key -> the type of its value, for keys older configs hold that are no longer fields
+    retired_keys: ClassVar[dict[str, Any]] = {}
+    # the values of retired keys this config was loaded with (from_dict); empty for a new one
+    retired: ClassVar[dict[str, Any]] = {}
 
     def structure(self) -> dict[str, Any]:
         """The attention structure as plain data (the registry's and model cards' ``structure``):
@@ -137,17 +143,27 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Self:
         """Build a config from a saved dict (e.g. ``config.json``); unknown keys are an error, and
-        a key it lacks takes its ``saved_defaults`` value, else the field's default."""
+        a key it lacks takes its ``saved_defaults`` value, else the field's default. A
+        ``retired_keys`` key is checked and moved to ``retired``."""
+        retired = {k: _checked(k, t, values[k]) for k, t in cls.retired_keys.items() if k in values}
+        values = {k: v for k, v in values.items() if k not in retired}
         cls.check_keys(values)
-        return cls(**(cls.saved_defaults | values))
+        config = cls(**(cls.saved_defaults | values))
+        if retired:
+            object.__setattr__(config, "retired", retired)  # not a field: compared or saved never
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def replace(self, **overrides: Any) -> Self:
-        """A copy with ``overrides`` applied; unknown keys are an error."""
+        """A copy with ``overrides`` applied (and this config's ``retired`` values); unknown
+        keys are an error."""
         self.check_keys(overrides)
-        return dataclasses.replace(self, **overrides)
+        config = dataclasses.replace(self, **overrides)
+        if self.retired:
+            object.__setattr__(config, "retired", self.retired)
+        return config
 
     def memory_estimate(self) -> tuple[int, int]:
         """``(parameters, activation_bytes)`` of a model of this config, from the config alone

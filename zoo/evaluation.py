@@ -302,7 +302,7 @@ def _translation_model(source: str | os.PathLike):
         data = saved.get("datamodule_hyper_parameters") or {}
         return model, {"averaged_from": saved.get("averaged_from"), "data": dict(data)}
     folder, _ = resolve(source)
-    model = from_pretrained(source)
+    model = from_pretrained(source, dtype="float32")  # as the registry's metrics were measured
     facts = folder / "training.json"
     return model, json.loads(facts.read_text()) if facts.is_file() else {}
 

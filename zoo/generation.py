@@ -26,6 +26,7 @@ import torch
 from rich.progress import track
 from torch import Tensor, nn
 
+from zoo.decoding import DecodingState, padding_offsets
 from zoo.errors import ConfigError, SequenceTooLongError
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
     "check_seed",
     "filter_logits",
     "generate",
-    "generate_like_transformers",
+    "penalize_repetition",
     "sample_images",
     "seeded_generator",
 ]
@@ -204,6 +205,9 @@ def generate(
     suppress_tokens: Sequence[int] = (),
     eos_token_id: int | Sequence[int] | None = None,
     progress: bool = False,
+    attention_mask: Tensor | None = None,
+    repetition_penalty: float = 1.0,
+    streamer: object | None = None,
 ) -> Tensor:
     """Sample ``max_new_tokens`` tokens after ``prompt``.
 
@@ -228,6 +232,14 @@ def generate(
         eos_token_id: id(s) that end a row: after one, the row repeats it, and decoding stops once
             every row has ended (so fewer than ``max_new_tokens`` may be added).
         progress: show a progress bar (rich) over the new tokens.
+        attention_mask: ``(B, T)``, 0 at the left padding of shorter prompts, 1 at tokens (a
+            tokenizer's ``padding_side="left"``): each row then gets the tokens it gets alone
+            (:class:`zoo.decoding.DecodingState` decodes rows of equal padding together).
+        repetition_penalty: CTRL's penalty (Keskar et al. 2019, §4.1), > 0: the logit of every
+            token already in the row (prompt included) is divided by it when positive and
+            multiplied by it when negative, before sampling; 1 leaves logits alone.
+        streamer: an object with ``put(ids)`` and ``end()`` (transformers' ``TextStreamer``,
+            one row): given the prompt ``(1, T)`` first, then each new token ``(1,)``.
 
     Returns:
         ``(B, T + N)`` int64: the prompt followed by the ``N <= max_new_tokens`` sampled tokens
@@ -246,29 +258,35 @@ def generate(
             f"prompt must be (batch, length) with batch and length >= 1, got {tuple(prompt.shape)}"
         )
     check_sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    if not _real(repetition_penalty) or not 0 < repetition_penalty < float("inf"):
+        _bad("repetition_penalty", repetition_penalty, "use a number > 0 (1: no penalty)")
+    if streamer is not None and prompt.shape[0] != 1:
+        _bad("streamer", type(streamer).__name__, "streams one row: pass a batch of one prompt")
     kept = check_generation(model, prompt.shape[0], prompt.shape[1], max_new_tokens,
                             truncate_prompt=truncate_prompt, use_cache=use_cache)  # fmt: skip
     prompt = prompt[:, -kept:]
 
+    mask = None if attention_mask is None else attention_mask[:, -kept:].to(prompt.device)
+    offsets = None if mask is None else padding_offsets(mask, prompt.shape)
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     ended = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     seq = prompt
-    cache = None
+    state = DecodingState(model, offsets, prompt.shape[0]) if use_cache else None
     step_input = seq  # what the next forward pass reads
     steps = range(max_new_tokens)
     if progress:
         steps = track(steps, description="sampling", transient=True)
+    if streamer is not None:
+        streamer.put(seq.cpu())
     for _ in steps:
-        if not use_cache:
-            logits = model(seq[:, -max_len:])
+        if state is None:  # the whole window (left padding, if any, masked) at every step
+            window = None if offsets is None else mask[:, -max_len:]
+            logits = model(seq[:, -max_len:], attention_mask=window).logits
         else:
-            if cache is None or cache.seq_len + step_input.shape[1] > max_len:
-                # (re)start: encode a window of recent tokens into a fresh cache
-                keep = seq.shape[1] if cache is None else max(1, max_len // 2)
-                step_input = seq[:, -keep:]
-                cache = model.init_cache(seq.shape[0])
-            logits = model(step_input, cache)
+            logits = state.advance(step_input)
         logits = logits[:, -1, :].float()  # (B, V)
+        if repetition_penalty != 1.0:
+            logits = penalize_repetition(logits, seq, repetition_penalty)
         if suppress_tokens:
             logits[:, list(suppress_tokens)] = float("-inf")
         if temperature < MIN_TEMPERATURE:  # 0, or so small that logits / it overflow: greedy
@@ -280,122 +298,32 @@ def generate(
             next_token = torch.where(ended[:, None], seq[:, -1:], next_token)  # ended: repeat EOS
             ended |= torch.isin(next_token[:, 0], torch.tensor(eos, device=seq.device))
         seq = torch.cat([seq, next_token], dim=1)
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         step_input = next_token
+        if streamer is not None:
+            streamer.put(next_token[:, 0].cpu())
         if eos and bool(ended.all()):
             break
+    if streamer is not None:
+        streamer.end()
     return seq
 
 
-def _refuse(name: str, value: object, why: str) -> NoReturn:
-    raise ConfigError(f"generate: {name}={value!r} {why}")
+def penalize_repetition(logits: Tensor, seq: Tensor, penalty: float) -> Tensor:
+    """CTRL's repetition penalty (Keskar et al. 2019, §4.1): ``logits`` ``(B, V)`` float with the
+    logit of each token in its row of ``seq`` ``(B, L)`` divided by ``penalty`` where positive
+    and multiplied by it where negative (transformers' ``RepetitionPenaltyLogitsProcessor``
+    applies the same rule)."""
+    seen = logits.gather(1, seq)  # (B, L)
+    seen = torch.where(seen > 0, seen / penalty, seen * penalty)
+    return logits.scatter(1, seq, seen)
 
 
 def _bad(name: str, value: object, fix: str) -> NoReturn:
     flag = f" (--{name.replace('_', '-')})" if name in ("temperature", "top_k", "top_p",
                                                       "max_new_tokens", "seed") else ""  # fmt: skip
     raise ConfigError(f"{name}{flag} is {value!r}: {fix}")
-
-
-@torch.no_grad()
-def generate_like_transformers(
-    model: nn.Module,
-    input_ids: Tensor,
-    max_new_tokens: int | None = None,
-    *,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    num_beams: int | None = None,
-    length_penalty: float | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    suppress_tokens: Sequence[int] | None = None,
-    seed: int | None = None,
-    progress: bool = False,
-) -> Tensor:
-    """``model.generate`` of every zoo model, with the arguments of transformers'
-    ``GenerationMixin.generate`` where they mean the same (see that method for each).
-
-    A language model continues ``input_ids`` ``(B, T)`` int64 greedily (``do_sample=False``) or
-    by sampling (``temperature``, ``top_k``, ``top_p``, ``seed`` for a reproducible draw) through
-    :func:`generate`; ``max_new_tokens`` defaults to 20 and ``eos_token_id`` ends a row. It returns
-    ``(B, T + N)`` int64, the prompt first.
-
-    An encoder-decoder model translates the source ids ``input_ids`` ``(B, S)`` (padded with its
-    ``pad_id``) with beam search (``num_beams > 1``; ``length_penalty`` is the GNMT alpha of
-    :mod:`zoo.beam_search`) or greedy search (``num_beams=1``); both default to the registered
-    decoding of a published checkpoint, else the Transformer paper's (beam 4, alpha 0.6).
-    ``max_new_tokens`` caps the output (default: source length + 50). It returns ``(B, L)`` int64:
-    BOS, the tokens and EOS, padded with ``pad_id`` (what transformers returns); ``progress`` is
-    for language models.
-
-    Raises:
-        ConfigError: an argument the model's kind does not take (beams for a language model,
-            sampling for an encoder-decoder), ``do_sample`` with ``temperature <= 0``, a seed
-            outside 0 to :data:`MAX_SEED`, or a value out of range (:func:`check_sampling`,
-            :func:`check_generation`, :func:`zoo.beam_search.check_decoding`).
-        SequenceTooLongError: a prompt that does not fit (:func:`generate`).
-    """
-    if max_new_tokens is not None and max_new_tokens < 1:
-        _refuse("max_new_tokens", max_new_tokens, "adds nothing: pass 1 or more")
-    if input_ids.dtype != torch.long or input_ids.ndim != 2:
-        _refuse("input_ids", f"{input_ids.dtype} {tuple(input_ids.shape)}",
-                "is not token ids: pass a (batch, length) int64 tensor")  # fmt: skip
-    if getattr(model, "is_encoder_decoder", False):
-        return _translate_ids(
-            model, input_ids, max_new_tokens, do_sample, num_beams, length_penalty, eos_token_id
-        )
-    lm_decodes = ("is for encoder-decoder models: a language model here decodes greedily "
-                  "(do_sample=False) or by sampling (do_sample=True)")  # fmt: skip
-    if num_beams not in (None, 1):
-        _refuse("num_beams", num_beams, lm_decodes)
-    if length_penalty is not None:
-        _refuse("length_penalty", length_penalty, lm_decodes)
-    if do_sample and not temperature > 0:
-        _refuse("temperature", temperature, "must be > 0 to sample; do_sample=False is greedy")
-    device = next(model.parameters()).device
-    generator = None if seed is None else seeded_generator(seed, device)
-    return generate(
-        model, input_ids.to(device), 20 if max_new_tokens is None else max_new_tokens,
-        temperature=temperature if do_sample else 0.0, top_k=top_k if do_sample else None,
-        top_p=top_p if do_sample else None, generator=generator,
-        suppress_tokens=tuple(suppress_tokens or ()), eos_token_id=eos_token_id,
-        progress=progress,
-    )  # fmt: skip
-
-
-def _translate_ids(
-    model, src, max_new_tokens, do_sample, num_beams, length_penalty, eos_token_id
-) -> Tensor:
-    """The encoder-decoder half of :func:`generate_like_transformers`."""
-    from zoo.beam_search import beam_search, decoding_settings, greedy_search
-    from zoo.data.translation import BOS_ID, EOS_ID
-
-    if do_sample:
-        _refuse("do_sample", True, "is not implemented for encoder-decoder models: decode with "
-                "beam search (num_beams > 1) or greedily (num_beams=1)")  # fmt: skip
-    if eos_token_id is not None and eos_token_id != EOS_ID:
-        _refuse("eos_token_id", eos_token_id, f"differs from the tokenizer's </s> ({EOS_ID})")
-    lengths = {} if max_new_tokens is None else {"max_len_a": 0.0, "max_len_b": max_new_tokens}
-    settings = decoding_settings(
-        model, decoding=None if num_beams is None else ("greedy" if num_beams == 1 else "beam"),
-        beam_size=num_beams, alpha=length_penalty, **lengths,
-    )  # fmt: skip
-    src = src.to(next(model.parameters()).device)
-    kw = dict(bos_id=BOS_ID, eos_id=EOS_ID, max_len_a=settings["max_len_a"],
-              max_len_b=settings["max_len_b"])  # fmt: skip
-    if settings["decoding"] == "greedy":
-        outs = greedy_search(model, src, **kw)
-    else:
-        best = beam_search(
-            model, src, beam_size=settings["beam_size"], alpha=settings["alpha"], **kw
-        )
-        outs = [hyps[0].tokens for hyps in best]
-    width = 1 + max(len(o) for o in outs)
-    out = torch.full((len(outs), width), model.config.pad_id, dtype=torch.long)
-    for row, tokens in enumerate(outs):
-        out[row, : 1 + len(tokens)] = torch.tensor([BOS_ID, *tokens])
-    return out
 
 
 @torch.no_grad()

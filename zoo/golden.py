@@ -66,7 +66,7 @@ def _logits(model: nn.Module, dtype: torch.dtype, device: str | torch.device) ->
     inputs = {k: v.to(device) for k, v in golden_input(model).items()}
     model = model.to(device=device, dtype=dtype).eval()
     with torch.no_grad():
-        out = model(*inputs.values())
+        out = model(*inputs.values()).logits
     return out[0].float().cpu()
 
 
@@ -176,7 +176,7 @@ def verify(
     if isinstance(source, nn.Module):
         model, path = source, golden
     else:
-        model = from_pretrained(source)
+        model = from_pretrained(source, dtype=torch.float32)  # the reference logits are fp32
         path = golden or resolve(source)[0] / GOLDEN_NAME
     if path is None or not Path(path).is_file():
         raise CheckpointError(

@@ -97,7 +97,8 @@ def load_model(
 
     path = Path(checkpoint)
     if path.suffix != ".ckpt" or path.is_dir():
-        model = from_pretrained(checkpoint, device=device)
+        # fp32, as the registry's metrics were measured (a checkpoint may be saved in bf16)
+        model = from_pretrained(checkpoint, device=device, dtype="float32")
     else:
         if not path.is_file():
             raise CheckpointError(f"{checkpoint} does not exist: pass a .ckpt file from `zoo fit`.")

@@ -25,6 +25,10 @@ saved with (:data:`~zoo.models.base.CONFIG_METADATA_KEY`), and a ``config.json``
 ``config.json`` and weights by sha256). Weights that are not floating point where the model's are,
 or that hold NaN or infinity, are refused; a config too large for the machine's memory is refused
 before anything is allocated (:func:`zoo.config.check_memory`).
+
+Weights load in the dtype they were saved in unless ``dtype`` says otherwise, on one device
+(``device``, or transformers' ``device_map``): :mod:`zoo.placement` checks both before anything is
+read.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from zoo.models.base import (
 )
 from zoo.models.registry import create_model as build_preset
 from zoo.models.registry import get_model_class, get_preset
+from zoo.placement import LOAD_DTYPES, checked_device_and_dtype, device_problem, saved_dtype
 
 __all__ = [
     "LOAD_DTYPES",
@@ -263,65 +268,18 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> To
     return tokenizer
 
 
-LOAD_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-
-
-def device_problem(device: str | torch.device, cpu: str = "device='cpu'") -> str | None:
-    """Why ``device`` cannot be used on this machine, as the words after its name, ending with the
-    fix (``cpu``: how the caller spells the CPU); None if it can be used. Shared by
-    :func:`from_pretrained` and the commands' ``--device``."""
-    try:
-        checked = torch.device(device)
-    except (RuntimeError, TypeError):
-        return "is not a device; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
-    backend = torch.backends.mps if checked.type == "mps" else getattr(torch, checked.type, None)
-    available = checked.type == "cpu" or bool(
-        backend is not None and hasattr(backend, "is_available") and backend.is_available()
-    )
-    build = ", a CPU-only build" if "+cpu" in torch.__version__ else ""
-    if not available:
-        return (f"is not available: this machine has no {checked.type} device "
-                f"(torch {torch.__version__}{build}); use {cpu}")  # fmt: skip
-    count = getattr(backend, "device_count", lambda: 1)()
-    if checked.index is not None and checked.index >= count:
-        return f"is not available: this machine has {count} {checked.type} device(s), from 0"
-    return None
-
-
-def checked_device_and_dtype(
-    device: str | torch.device | None, dtype: torch.dtype | None
-) -> tuple[torch.device | None, torch.dtype | None]:
-    """``device`` and ``dtype`` of :func:`from_pretrained`, checked before anything is loaded.
-
-    Raises:
-        ConfigError: ``device`` is not a device name, or this machine (this build of torch) has
-            no such device (:func:`device_problem`); ``dtype`` is not one of :data:`LOAD_DTYPES`
-            (an integer dtype would truncate every weight).
-    """
-    if dtype is not None and dtype not in LOAD_DTYPES:
-        names = ", ".join(str(d) for d in LOAD_DTYPES)
-        raise ConfigError(
-            f"from_pretrained: dtype={dtype!r} is not a dtype to load weights in; pass a "
-            f"floating dtype: {names} (or None to keep the saved dtype)."
-        )
-    if device is None:
-        return None, dtype
-    problem = device_problem(device)
-    if problem is not None:
-        raise ConfigError(f"from_pretrained: device={str(device)!r} {problem}.")
-    return torch.device(device), dtype
-
-
 def from_pretrained(
     name_or_path: str | os.PathLike,
     *,
     revision: str | None = None,
     device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     cache_dir: str | os.PathLike | None = None,
     force_download: bool = False,
     local_files_only: bool = False,
     token: str | bool | None = None,
+    device_map: str | int | torch.device | dict[str, Any] | None = None,
+    torch_dtype: torch.dtype | str | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """Load a pretrained model, in eval mode.
@@ -336,13 +294,24 @@ def from_pretrained(
             revision ``checkpoints.yaml`` pins; its repo id with another revision loads that
             revision unverified (it must exist on the Hub).
         device: where to put the model (default: CPU); one this machine has.
-        dtype: cast floating-point weights to this dtype (default: as saved, fp32): one of
-            :data:`LOAD_DTYPES`.
+        dtype: the dtype of the floating-point weights and buffers. ``None`` or ``"auto"``
+            (default): as saved, the dtype most of the file's floating-point values have, read
+            from its safetensors header (a folder saved in bf16 loads in bf16; published
+            checkpoints are fp32). Else one of :data:`LOAD_DTYPES`, as a ``torch.dtype`` or its
+            name (``"bfloat16"``, ``"torch.bfloat16"``, ``"bf16"``, ``"float16"``/``"fp16"``,
+            ``"float32"``/``"fp32"``, ``"float64"``): the weights load exactly as saved, then
+            are cast.
         cache_dir: the Hugging Face cache to use (default: ``HF_HOME``'s).
         force_download: download again even if the files are cached or shipped.
         local_files_only: never try the Hub: the shipped copy or the Hugging Face cache only
             (``huggingface_hub``'s name; ``HF_HUB_OFFLINE=1`` does the same for every call).
         token: a Hugging Face token for a private repo (default: the saved login, ``HF_TOKEN``).
+        device_map: transformers' name for ``device``, for one device: ``"cpu"``, ``"cuda"``,
+            ``"cuda:0"``, a ``torch.device``, an ``int`` (that GPU), ``{"": device}`` (or a map
+            that names one device throughout), or ``"auto"``: the first GPU (else ``mps``, else
+            the CPU). A zoo model loads whole on one device.
+        torch_dtype: transformers' older name for ``dtype`` (no warning); giving both, with
+            different values, is an error.
         **overrides: config fields to replace (``dropout=0.0``), as ``create_model`` takes them.
             One that differs from the config the weights were saved with loads with one
             :class:`ConfigOverrideWarning` naming both values.
@@ -362,8 +331,11 @@ def from_pretrained(
     ``device``).
 
     Raises:
-        ConfigError: a device this machine lacks or a dtype that is not floating-point
-            (checked before loading: :func:`checked_device_and_dtype`); ``force_download`` with
+        ConfigError: a device this machine lacks, a ``device_map`` over several devices (or
+            offloading to ``"disk"``), an unknown dtype name or a dtype that is not
+            floating-point, ``dtype`` and ``torch_dtype`` (or ``device`` and ``device_map``)
+            that differ (checked before loading: :func:`checked_device_and_dtype`); weights saved
+            in a dtype zoo models do not compute in (fp8) without ``dtype``; ``force_download`` with
             ``local_files_only``; an override that is not a config field or not a valid value; a
             config (with its overrides) too large for this machine's memory, before anything is
             allocated (:func:`zoo.config.check_memory`: the estimate in GiB and what is free).
@@ -376,7 +348,9 @@ def from_pretrained(
             values); weights that are not floating point where the model's are, or hold NaN or
             infinity (the tensor named).
     """
-    device, dtype = checked_device_and_dtype(device, dtype)
+    device, dtype = checked_device_and_dtype(
+        device, dtype, device_map=device_map, torch_dtype=torch_dtype
+    )
     if force_download and local_files_only:
         raise ConfigError(
             "from_pretrained: force_download=True downloads again and local_files_only=True "
@@ -401,10 +375,10 @@ def from_pretrained(
         warn_if_retired(entry, stacklevel=2)  # at from_pretrained's caller
     unverified = entry is None and not verify_manifest(directory)  # published: checkpoints.yaml
     config_path, weights = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-    try:
-        metadata = read_weights_header(weights)[1] if config_path.is_file() else None
+    try:  # the header alone: the tensors are read once, by load_weights
+        tensors, metadata = read_weights_header(weights) if config_path.is_file() else ({}, None)
     except CheckpointError:
-        metadata = None  # load_weights says what is wrong with the file, after the warning
+        tensors, metadata = {}, None  # load_weights says what is wrong, after the warning
     # a published checkpoint's config.json is bound to its weights by checkpoints.yaml
     unchecked = entry is None and metadata is not None and CONFIG_METADATA_KEY not in metadata
     unchecked = unchecked and (unverified or not _registered(directory))  # a shipped copy: bound
@@ -415,23 +389,31 @@ def from_pretrained(
     if recorded is None and entry is not None:
         recorded = saved  # bound to the weights by the registry's sha256
     config = _config_to_build(saved, recorded, overrides, config_path)
+    as_saved = saved_dtype(tensors, dtype, weights)
     with torch.device("cpu"):  # real tensors even inside `with torch.device("meta")`
         model = cls(config)
+    # built and loaded in fp32 (saved values upcast exactly), then cast: buffers the model
+    # computes itself (position tables) stay exact in fp32 however the weights were saved
     load_weights(model, weights)
     model.published_name = entry.name if entry is not None else None  # for its registered decoding
     if (directory / TOKENIZER_NAME).is_file():
         model.tokenizer = load_tokenizer(directory / TOKENIZER_NAME, config.vocab_size)
-    if device is not None or dtype is not None:
-        model.to(device=device, dtype=dtype)
+    target = dtype if dtype is not None else as_saved
+    if device is not None or target not in (None, torch.float32):
+        model.to(device=device, dtype=target)
     return model.eval()
+
+
+_PLACEMENT = ("device", "device_map", "dtype", "torch_dtype")  # from_pretrained's, not config's
 
 
 def create_model(name: str, *, pretrained: bool = False, **overrides: Any) -> nn.Module:
     """The preset ``name``, newly initialised with config fields replaced by ``overrides``
     (:func:`zoo.models.create_model`), or with ``pretrained=True`` (timm's habit) the published
     weights of its checkpoint: the ``checkpoints.yaml`` entry of that preset that is not retired,
-    loaded and verified by :func:`from_pretrained`. Either way the model is in training mode, as a
-    new ``nn.Module`` is.
+    loaded and verified by :func:`from_pretrained`, which also takes ``dtype`` (default: as saved),
+    ``device``, ``device_map`` and ``torch_dtype`` from it. Either way the model is in training
+    mode, as a new ``nn.Module`` is.
 
     Raises:
         UnknownModelError: ``name`` is not a preset, or (``pretrained``) no current checkpoint has
@@ -443,6 +425,7 @@ def create_model(name: str, *, pretrained: bool = False, **overrides: Any) -> nn
     if not pretrained:
         return build_preset(name, **overrides)
     get_preset(name)  # an unknown preset: UnknownModelError with close names
+    placement = {k: overrides.pop(k) for k in _PLACEMENT if k in overrides}
     if overrides:
         raise ConfigError(
             f"create_model({name!r}, pretrained=True) takes no config overrides "
@@ -464,4 +447,4 @@ def create_model(name: str, *, pretrained: bool = False, **overrides: Any) -> nn
             f"the preset {name!r} has {len(mine)} published checkpoints ({', '.join(mine)}): "
             "load the one you mean with zoo.from_pretrained(NAME)."
         )
-    return from_pretrained(mine[0]).train()
+    return from_pretrained(mine[0], **placement).train()

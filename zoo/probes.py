@@ -356,7 +356,7 @@ def _score(model, windows, spans, distances, cue, batch_size, device, progress):
             batch = jobs[i : i + per_pass]
             x = torch.stack([copy_inputs(windows[t], spans[t], None if j < 0 else distances[j])
                              for t, j in batch]).to(device)  # fmt: skip  # (B, n)
-            logits = model(x)[:, q + cue - 1 : n - 1].float()  # (B, m - k, V)
+            logits = model(x).logits[:, q + cue - 1 : n - 1].float()  # (B, m - k, V)
             nll = F.cross_entropy(logits.transpose(1, 2), x[:, q + cue :], reduction="none")
             per_window = nll.double().mean(1).cpu() / math.log(2)  # (B,) bits per byte
             for (t, j), b in zip(batch, per_window, strict=True):

@@ -40,7 +40,7 @@ def source_rows(model, x, pairs, rows) -> torch.Tensor:
         if getattr(b.attention, "kmeans", None) is not None
     ]
     with torch.no_grad():
-        logits = model(x)
+        logits = model(x).logits
         for h in hooks:
             h.remove()
         T = x.shape[1]

@@ -51,7 +51,7 @@ def train(name: str, lo: int, hi: int, steps: int, *, seq_len: int, preset: str,
     bits, block, start = [], [], time.perf_counter()
     for step in range(steps):
         x, y = next(batches)
-        logits = model(x)  # (B, T, 256)
+        logits = model(x).logits  # (B, T, 256)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
         optimizer.zero_grad()
         loss.backward()

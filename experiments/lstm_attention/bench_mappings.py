@@ -58,7 +58,7 @@ def batch(tokenizer, pairs, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor
 def step(model, src, tgt_in, tgt_out) -> None:
     """One training step's compute: forward, label-smoothed cross-entropy, backward."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(src, tgt_in)
+        logits = model(src, tgt_in).logits
     loss = F.cross_entropy(
         logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=0.1
     )

@@ -83,7 +83,7 @@ def test_transformer_seq2seq_with_entmax15_attention():
     m = zoo.create_model("transformer_tiny", attention_mapping="entmax15").eval()
     src, tgt = torch.randint(1, 64, (2, 6)), torch.randint(1, 64, (2, 4))
     src[1, 4:] = 0
-    full = m(src, tgt)
+    full = m(src, tgt).logits
     memory, mask = m.encode(src)
     cache = m.init_cache(memory, mask)
     steps = torch.cat([m.decode(tgt[:, t : t + 1], cache=cache) for t in range(4)], 1)

@@ -37,7 +37,7 @@ def test_a_new_mechanism_is_one_registration(monkeypatch):
 
     model = zoo.create_model("transformer_lm_tiny", attention="half_heads")
     assert model.blocks[0].attention.n_heads == model.config.n_heads // 2
-    assert model(torch.randint(0, 64, (1, 8))).shape == (1, 8, model.config.vocab_size)
+    assert model(torch.randint(0, 64, (1, 8))).logits.shape == (1, 8, model.config.vocab_size)
 
 
 def test_unknown_or_misplaced_attention_is_a_clear_error():

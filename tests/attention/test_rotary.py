@@ -106,9 +106,11 @@ def test_rotary_models_have_no_position_weights_and_decode_like_the_full_pass(na
     model = zoo.create_model(name, position="rotary", **overrides).eval()
     assert not any("pos" in key for key in model.state_dict())
     idx = torch.randint(0, 256, (2, 40))
-    full = model(idx)
+    full = model(idx).logits
     cache = model.init_cache()
-    steps = [model(idx[:, :17], cache)] + [model(idx[:, t : t + 1], cache) for t in range(17, 40)]
+    steps = [model(idx[:, :17], past_key_values=cache).logits] + [
+        model(idx[:, t : t + 1], past_key_values=cache).logits for t in range(17, 40)
+    ]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-4, rtol=1e-4)
 
 
@@ -119,8 +121,8 @@ def test_rotary_model_runs_past_its_trained_length_when_rebuilt_longer():
     longer = model.extended(4 * model.config.max_seq_len)
     assert not longer.training and longer.config.max_seq_len == 512
     idx = torch.randint(0, 256, (1, 3 * model.config.max_seq_len))
-    out = longer(idx)
-    torch.testing.assert_close(out[:, :128], model(idx[:, :128]))
+    out = longer(idx).logits
+    torch.testing.assert_close(out[:, :128], model(idx[:, :128]).logits)
     assert torch.isfinite(out).all()
 
 

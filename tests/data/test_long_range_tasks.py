@@ -22,6 +22,7 @@ from zoo.data.byte_corpora import PG19MINI_TEST, PG19MINI_TRAIN, PG19MINI_VALID
 from zoo.data.long_range import FreshOrder
 from zoo.data.long_range_tasks import KEYS, LETTERS, VALUES
 from zoo.errors import ConfigError
+from zoo.models.outputs import CausalLMOutput
 from zoo.tasks import CausalLM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ class LongestMatchOracle(nn.Module):
         self.config = SimpleNamespace(max_seq_len=max_seq_len, vocab_size=256)
         self.reach = reach
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, 256)
+    def forward(self, idx: torch.Tensor) -> CausalLMOutput:  # (B, T) -> logits (B, T, 256)
         B, T = idx.shape
         logits = torch.zeros(B, T, 256)
         run = torch.zeros(B, T, dtype=torch.int64)  # run[:, s]: common suffix of x[..t], x[..s]
@@ -54,7 +55,7 @@ class LongestMatchOracle(nn.Module):
             found = run.gather(1, best[:, None])[:, 0] > 0
             b = found.nonzero().flatten()
             logits[b, t, idx[b, best[b] + 1]] = 10.0
-        return logits
+        return CausalLMOutput(logits=logits)
 
 
 class Guesser(nn.Module):
@@ -66,11 +67,11 @@ class Guesser(nn.Module):
         self.alphabet, self.generator = torch.from_numpy(alphabet).long(), torch.Generator()
         self.generator.manual_seed(0)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor) -> CausalLMOutput:
         logits = torch.full((*idx.shape, 256), -1e9)
         noise = torch.rand(*idx.shape, len(self.alphabet), generator=self.generator)
         logits[..., self.alphabet] = noise
-        return logits
+        return CausalLMOutput(logits=logits)
 
 
 @pytest.fixture(scope="module")

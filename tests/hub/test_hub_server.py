@@ -61,3 +61,40 @@ def test_errors_carry_the_hub_codes(hub, tmp_path):
             path_or_fileobj=tmp_path / "f.txt", path_in_repo="f.txt", repo_id="zoo/tiny"
         )
     assert api.model_info("zoo/tiny").sha == head
+
+
+def test_branches_and_pull_requests_as_the_client_makes_them(hub, tmp_path):
+    from huggingface_hub import CommitOperationAdd
+
+    api = HfApi(endpoint=hub.url, token="test-token")
+    api.create_repo("zoo/tiny")
+    main = api.model_info("zoo/tiny").sha
+    api.create_branch("zoo/tiny", branch="dev")
+    with pytest.raises(HfHubHTTPError) as err:
+        api.create_branch("zoo/tiny", branch="dev")  # exists
+    assert err.value.response.status_code == 409
+    api.create_branch("zoo/tiny", branch="dev", exist_ok=True)
+    with pytest.raises(HfHubHTTPError):
+        api.create_branch("zoo/tiny", branch="refs/pr/1")  # not a branch name
+    with pytest.raises(HfHubHTTPError) as err:
+        HfApi(endpoint=hub.url, token="nobody").create_branch("zoo/tiny", branch="x")
+    assert err.value.response.status_code == 401
+    add = CommitOperationAdd("a.txt", b"on dev")
+    dev = api.create_commit("zoo/tiny", [add], commit_message="dev", revision="dev").oid
+    refs = api.list_repo_refs("zoo/tiny", include_pull_requests=True)
+    assert {b.name: b.target_commit for b in refs.branches} == {"main": main, "dev": dev}
+    assert refs.pull_requests == []
+
+    add = CommitOperationAdd("a.txt", b"proposed")
+    pr = api.create_commit("zoo/tiny", [add], commit_message="Propose", create_pr=True)
+    assert (pr.pr_num, pr.pr_revision) == (1, "refs/pr/1")
+    assert api.model_info("zoo/tiny").sha == main  # main is unchanged
+    assert hub.repos["zoo/tiny"].pull_requests[1].title == "Propose"
+    path = hf_hub_download("zoo/tiny", "a.txt", revision="refs/pr/1", cache_dir=tmp_path / "c",
+                           endpoint=hub.url)  # fmt: skip
+    assert open(path).read() == "proposed"
+    refs = api.list_repo_refs("zoo/tiny", include_pull_requests=True)
+    assert [(p.ref, p.target_commit) for p in refs.pull_requests] == [("refs/pr/1", pr.oid)]
+    with pytest.raises(HfHubHTTPError):  # a pull request opens against a branch, not a commit
+        api.create_commit("zoo/tiny", [CommitOperationAdd("b.txt", b"x")], commit_message="x",
+                          revision=dev, create_pr=True)  # fmt: skip

@@ -106,9 +106,11 @@ def test_rotary_positions_turn_queries_and_keys_and_decode_like_the_full_forward
     assert all(b.attention.rotary is not None for b in model.blocks)
     ids = torch.randint(0, 256, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        full = model(ids)
+        full = model(ids).logits
         cache = model.init_cache(2)
-        steps = torch.cat([model(ids[:, i : i + 1], cache) for i in range(48)], 1)
+        steps = torch.cat(
+            [model(ids[:, i : i + 1], past_key_values=cache).logits for i in range(48)], 1
+        )
     torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
 
 

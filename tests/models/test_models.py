@@ -43,7 +43,7 @@ def test_registry_is_not_empty():
 def test_forward_shapes(name):
     model = tiny_model(name)
     idx = torch.randint(0, model.config.vocab_size, (3, 17))
-    logits = model(idx)
+    logits = model(idx).logits
     assert logits.shape == (3, 17, model.config.vocab_size)
     assert logits.dtype == torch.float32
     assert torch.isfinite(logits).all()
@@ -53,7 +53,7 @@ def test_forward_shapes(name):
 def test_backward_reaches_every_parameter(name):
     model = tiny_model(name)
     idx = torch.randint(0, model.config.vocab_size, (2, 20))
-    model(idx).logsumexp(-1).sum().backward()
+    model(idx).logits.logsumexp(-1).sum().backward()
     for pname, p in model.named_parameters():
         assert p.grad is not None, f"{pname} gets no gradient"
         assert p.grad.abs().sum() > 0, f"{pname} has an all-zero gradient"
@@ -65,11 +65,11 @@ def test_causality(name):
     model = tiny_model(name, strictly_causal=True).eval()
     T = model.config.max_seq_len
     idx = torch.randint(0, model.config.vocab_size, (1, T))
-    base = model(idx)
+    base = model(idx).logits
     for t in (0, 1, T // 2, T - 1):
         changed = idx.clone()
         changed[0, t] = (changed[0, t] + 1) % model.config.vocab_size
-        out = model(changed)
+        out = model(changed).logits
         torch.testing.assert_close(out[:, :t], base[:, :t], rtol=0, atol=1e-6)
         assert not torch.allclose(out[:, t], base[:, t]), (
             "the changed token must affect its own logits"
@@ -96,7 +96,7 @@ def test_save_load_round_trip_is_bit_identical(name, tmp_path):
     outputs = []
     for m in (model, loaded):
         torch.manual_seed(1)  # the same draws for a model that routes at random
-        outputs.append(m(idx))
+        outputs.append(m(idx).logits)
     assert torch.equal(*outputs)
 
 
@@ -105,12 +105,14 @@ def test_cached_decoding_matches_full_forward(name):
     model = tiny_model(name, strictly_causal=True).eval()
     T = model.config.max_seq_len
     idx = torch.randint(0, model.config.vocab_size, (2, T))
-    full = model(idx)
+    full = model(idx).logits
     cache = model.init_cache(2)
-    pieces = [model(idx[:, :5], cache)]  # a prompt, then one token at a time, then a chunk
+    pieces = [
+        model(idx[:, :5], past_key_values=cache).logits
+    ]  # a prompt, then one token at a time, then a chunk
     for t in range(5, T - 4):
-        pieces.append(model(idx[:, t : t + 1], cache))
-    pieces.append(model(idx[:, T - 4 :], cache))
+        pieces.append(model(idx[:, t : t + 1], past_key_values=cache).logits)
+    pieces.append(model(idx[:, T - 4 :], past_key_values=cache).logits)
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-5, atol=1e-5)
 
 
@@ -125,9 +127,9 @@ def test_every_dtype_runs_forward_and_cached_decoding(name, dtype):
     decoding agrees with the full forward; state that must stay fp32 (centroids) stays fp32."""
     model = tiny_model(name, strictly_causal=True).eval()
     idx = torch.randint(0, model.config.vocab_size, (2, 21))
-    ref = model(idx)
+    ref = model(idx).logits
     model.to(dtype)
-    logits = model(idx)
+    logits = model(idx).logits
     assert logits.dtype == dtype
     assert torch.isfinite(logits).all()
     torch.testing.assert_close(logits.float(), ref, rtol=0, atol=DTYPE_ATOL[dtype])
@@ -136,8 +138,8 @@ def test_every_dtype_runs_forward_and_cached_decoding(name, dtype):
             assert buffer.dtype == torch.float32, buffer_name
     if hasattr(model, "init_cache"):
         cache = model.init_cache(2)
-        pieces = [model(idx[:, :5], cache)] + [
-            model(idx[:, t : t + 1], cache) for t in range(5, 21)
+        pieces = [model(idx[:, :5], past_key_values=cache).logits] + [
+            model(idx[:, t : t + 1], past_key_values=cache).logits for t in range(5, 21)
         ]
         decoded = torch.cat(pieces, 1)
         assert decoded.dtype == dtype
@@ -149,6 +151,6 @@ def test_eval_is_repeatable_and_leaves_the_global_rng_alone(name):
     model = tiny_model(name).eval()  # random routing stays random here
     idx = torch.randint(0, model.config.vocab_size, (2, model.config.max_seq_len))
     state = torch.random.get_rng_state()
-    first, second = model(idx), model(idx)
+    first, second = model(idx).logits, model(idx).logits
     assert torch.equal(torch.random.get_rng_state(), state)
     assert torch.equal(first, second)

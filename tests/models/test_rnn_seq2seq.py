@@ -38,7 +38,7 @@ def test_every_score_and_mapping_trains(score, mapping):
     model = tiny(score=score, mapping=mapping).train()
     src, tgt = batch(S=8, T=6)
     src = padded(src, [8, 5, 3])
-    logits = model(src, tgt)
+    logits = model(src, tgt).logits
     assert logits.shape == (3, 6, 64) and logits.dtype == torch.float32
     assert torch.isfinite(logits).all()
     logits.logsumexp(-1).sum().backward()
@@ -79,14 +79,14 @@ def test_padding_does_not_change_the_result():
     model = tiny()
     src, tgt = batch(S=6, T=5)
     wider = torch.cat([src, torch.full((3, 4), PAD)], 1)
-    torch.testing.assert_close(model(src, tgt), model(wider, tgt))
+    torch.testing.assert_close(model(src, tgt).logits, model(wider, tgt).logits)
 
 
 @pytest.mark.parametrize("mapping", ["softmax", "csparsemax"])
 def test_cached_decoding_equals_teacher_forcing(mapping):
     model = tiny(mapping=mapping)
     src, tgt = batch(S=7, T=6)
-    full = model(src, tgt)
+    full = model(src, tgt).logits
     memory, mask = model.encode(src)
     cache = model.init_cache(memory, mask)
     steps = [model.decode(tgt[:, t : t + 1], cache=cache) for t in range(6)]
@@ -96,10 +96,10 @@ def test_cached_decoding_equals_teacher_forcing(mapping):
 def test_decoder_is_causal_and_encoder_bidirectional():
     model = tiny()
     src, tgt = batch()
-    logits = model(src, tgt)
+    logits = model(src, tgt).logits
     tgt2 = tgt.clone()
     tgt2[:, 4] = (tgt2[:, 4] % 63) + 1
-    torch.testing.assert_close(model(src, tgt2)[:, :4], logits[:, :4])
+    torch.testing.assert_close(model(src, tgt2).logits[:, :4], logits[:, :4])
     src2 = src.clone()
     src2[:, -1] = (src2[:, -1] % 63) + 1
     memory, _ = model.encode(src)
@@ -135,7 +135,7 @@ def test_save_and_load_round_trip(tmp_path):
     model.save_pretrained(tmp_path / "m")
     loaded = zoo.from_pretrained(tmp_path / "m").eval()
     src, tgt = batch()
-    torch.testing.assert_close(loaded(src, tgt), model(src, tgt))
+    torch.testing.assert_close(loaded(src, tgt).logits, model(src, tgt).logits)
 
 
 def test_the_translation_task_trains_and_tests_it(tmp_path):

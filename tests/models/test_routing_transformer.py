@@ -111,7 +111,7 @@ def test_without_routing_layer_norm_the_heads_attend_with_raw_projections():
     q_raw, q_plain = attn.project(h)[3], plain.blocks[-1].attention.project(h)[3]
     torch.testing.assert_close(unit_layer_norm(q_raw), q_plain)  # the same vectors, not normed
     assert not torch.allclose(q_raw, q_plain)
-    assert not torch.allclose(plain(x), raw(x))
+    assert not torch.allclose(plain(x).logits, raw(x).logits)
     raw.train()(x)  # a training step's centroid update sees unit vectors
     torch.testing.assert_close(attn.kmeans.centroids.norm(dim=-1), torch.ones(2, 4))
     moved = future_dependence(raw.eval(), x, changes=[10, 30])
@@ -170,8 +170,10 @@ def test_cached_decoding_routes_causally():
     causal.load_state_dict(topw.state_dict())
     idx = torch.randint(0, 32, (2, 40))
     cache = topw.init_cache(2)
-    steps = [topw(idx[:, :7], cache)] + [topw(idx[:, t : t + 1], cache) for t in range(7, 40)]
-    torch.testing.assert_close(torch.cat(steps, 1), causal(idx), rtol=1e-5, atol=1e-5)
+    steps = [topw(idx[:, :7], past_key_values=cache).logits] + [
+        topw(idx[:, t : t + 1], past_key_values=cache).logits for t in range(7, 40)
+    ]
+    torch.testing.assert_close(torch.cat(steps, 1), causal(idx).logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("option", [dict(routing_score_scale=1.0), dict(shift_keys=True)])
@@ -181,11 +183,13 @@ def test_cached_decoding_keeps_the_routing_options(option):
     model = model_with(routing="causal", **option).eval()
     idx = torch.randint(0, 32, (2, 40))
     cache = model.init_cache(2)
-    steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 40)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
+    steps = [model(idx[:, :7], past_key_values=cache).logits] + [
+        model(idx[:, t : t + 1], past_key_values=cache).logits for t in range(7, 40)
+    ]
+    torch.testing.assert_close(torch.cat(steps, 1), model(idx).logits, rtol=1e-5, atol=1e-5)
     default = model_with(routing="causal").eval()
     default.load_state_dict(model.state_dict())
-    assert not torch.allclose(default(idx), model(idx), atol=1e-3)
+    assert not torch.allclose(default(idx).logits, model(idx).logits, atol=1e-3)
     assert past_logit_shift(model) == 0.0
 
 
@@ -205,8 +209,12 @@ def test_a_prompt_fills_the_cache_without_a_full_mask(monkeypatch):
     idx = torch.randint(0, 32, (2, 40))
     cache = model.init_cache(2)
     with torch.no_grad():
-        steps = [model(idx[:, :36], cache)] + [model(idx[:, t : t + 1], cache) for t in (36, 37)]
-        torch.testing.assert_close(torch.cat(steps, 1), model(idx[:, :38]), rtol=1e-5, atol=1e-5)
+        steps = [model(idx[:, :36], past_key_values=cache).logits] + [
+            model(idx[:, t : t + 1], past_key_values=cache).logits for t in (36, 37)
+        ]
+        torch.testing.assert_close(
+            torch.cat(steps, 1), model(idx[:, :38]).logits, rtol=1e-5, atol=1e-5
+        )
     assert set(masks) == {(1, 37), (1, 38)}  # 3 layers x 2 steps, none of them (36, 36)
 
 
@@ -215,8 +223,10 @@ def test_relative_positions_alone_make_a_working_model():
     assert not hasattr(model, "pos_emb")
     idx = torch.randint(0, 32, (1, 30))
     cache = model.init_cache(1)
-    steps = [model(idx[:, :10], cache)] + [model(idx[:, t : t + 1], cache) for t in range(10, 30)]
-    torch.testing.assert_close(torch.cat(steps, 1), model(idx), rtol=1e-5, atol=1e-5)
+    steps = [model(idx[:, :10], past_key_values=cache).logits] + [
+        model(idx[:, t : t + 1], past_key_values=cache).logits for t in range(10, 30)
+    ]
+    torch.testing.assert_close(torch.cat(steps, 1), model(idx).logits, rtol=1e-5, atol=1e-5)
 
 
 def test_an_untrained_model_generates():

@@ -37,7 +37,7 @@ def test_paper_sizes(name, paper_millions):
 def test_shapes_and_shared_embeddings():
     model = tiny()
     src, tgt = batch()
-    logits = model(src, tgt)
+    logits = model(src, tgt).logits
     assert logits.shape == (3, 7, 64) and torch.isfinite(logits).all()
     assert model.lm_head.weight is model.src_emb.weight is model.tgt_emb.weight
     separate = tiny(share_embeddings=False)
@@ -52,10 +52,10 @@ def test_encoder_sees_the_whole_source_decoder_only_the_past():
     src2[:, -1] = (src2[:, -1] % 63) + 1  # change the last source token
     memory2, _ = model.encode(src2)
     assert not torch.allclose(memory[:, 0], memory2[:, 0])  # bidirectional
-    logits = model(src, tgt)
+    logits = model(src, tgt).logits
     tgt2 = tgt.clone()
     tgt2[:, 4] = (tgt2[:, 4] % 63) + 1
-    logits2 = model(src, tgt2)
+    logits2 = model(src, tgt2).logits
     assert torch.allclose(logits[:, :4], logits2[:, :4], atol=1e-6)  # causal
     assert not torch.allclose(logits[:, 4:], logits2[:, 4:])
 
@@ -64,13 +64,13 @@ def test_source_padding_changes_nothing():
     model = tiny()
     src, tgt = batch()
     padded = torch.cat([src, torch.full((3, 5), PAD)], dim=1)
-    assert torch.allclose(model(src, tgt), model(padded, tgt), atol=1e-5)
+    assert torch.allclose(model(src, tgt).logits, model(padded, tgt).logits, atol=1e-5)
 
 
 def test_cached_decoding_matches_the_full_forward():
     model = tiny()
     src, tgt = batch()
-    full = model(src, tgt)
+    full = model(src, tgt).logits
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask)
     steps = [model.decode(tgt[:, t : t + 1], cache=cache) for t in range(tgt.shape[1])]
@@ -82,7 +82,7 @@ def test_cached_decoding_matches_the_full_forward():
 def test_backward_reaches_every_parameter(norm):
     model = tiny(norm=norm).train()
     src, tgt = batch()
-    model(src, tgt).logsumexp(-1).sum().backward()
+    model(src, tgt).logits.logsumexp(-1).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
@@ -99,7 +99,7 @@ def test_save_load_round_trip(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = zoo.from_pretrained(tmp_path)
     src, tgt = batch()
-    assert torch.equal(model(src, tgt), loaded(src, tgt))
+    assert torch.equal(model(src, tgt).logits, loaded(src, tgt).logits)
     assert loaded.lm_head.weight is loaded.src_emb.weight
 
 

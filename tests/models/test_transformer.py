@@ -24,7 +24,7 @@ def test_variants_build_and_run(norm, position):
         max_seq_len=16, d_model=16, n_layers=1, n_heads=2, d_ff=32, norm=norm, position=position
     )
     model = TransformerLM(config)
-    assert model(torch.randint(0, 256, (1, 16))).shape == (1, 16, 256)
+    assert model(torch.randint(0, 256, (1, 16))).logits.shape == (1, 16, 256)
     assert hasattr(model, "pos_emb") == (position == "learned")
     assert isinstance(model.norm_f, torch.nn.LayerNorm) == (norm == "pre")
 
@@ -69,6 +69,6 @@ def test_attention_is_a_seam():
     model = NoAttention(config).eval()
     assert all(isinstance(b.attention, Scaled) for b in model.blocks)
     # without attention every position is independent of its context
-    a = model(torch.tensor([[1, 2, 3]]))
-    b = model(torch.tensor([[9, 9, 3]]))
+    a = model(torch.tensor([[1, 2, 3]])).logits
+    b = model(torch.tensor([[9, 9, 3]])).logits
     torch.testing.assert_close(a[:, 2], b[:, 2])

@@ -73,7 +73,7 @@ def test_export_a_saved_model_with_its_training_facts(tmp_path, registry):
     assert "also held the training split of enwik8_prefix" in card
     assert "| training data | not recorded |" in card  # another data set too: no checksum
     loaded = zoo.from_pretrained(out)
-    assert next(loaded.parameters()).dtype == torch.float32  # bf16 values, loaded as fp32
+    assert next(loaded.parameters()).dtype == torch.bfloat16  # loaded as saved
     weights = saved / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
     with pytest.raises(ChecksumError):

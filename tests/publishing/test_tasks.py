@@ -49,7 +49,7 @@ def test_bits_per_dim_of_an_image_run_is_the_mean_nll_of_the_sampled_test_images
     model = ImageLM.load_from_checkpoint(image_run / "checkpoints" / "best.ckpt").model.eval()
     x, y = next(iter(dm.test_dataloader()))
     with torch.no_grad():
-        nll = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        nll = F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten())
     assert m.value == pytest.approx(nll.item() / math.log(2), abs=1e-4)
     # evaluate() dispatches on the data set
     assert evaluate(image_run, dataset="cifar10", windows=IMAGES, data_dir=str(data_dir),

@@ -145,7 +145,7 @@ def test_generation_rows_beyond_memory_raise_before_allocating(lm_model, little_
 
 @pytest.mark.parametrize("seed", [-1, 2**64, 1.5])
 def test_generate_like_transformers_refuses_a_seed_torch_cannot_take(lm_model, seed):
-    from zoo.generation import generate_like_transformers
+    from zoo.hf_generate import generate_like_transformers
 
     with pytest.raises(ConfigError) as e:
         generate_like_transformers(lm_model, torch.zeros(1, 2, dtype=torch.long), 2,

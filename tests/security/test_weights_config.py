@@ -217,7 +217,8 @@ def test_non_finite_weights_are_refused_naming_the_tensor(folder, value):
 
 def test_bf16_weights_load(folder):
     zoo.from_pretrained(folder, dtype=torch.bfloat16).save_pretrained(folder)
-    model = zoo.from_pretrained(folder)
+    assert zoo.from_pretrained(folder).dtype == torch.bfloat16  # as saved (issue 78)
+    model = zoo.from_pretrained(folder, dtype=torch.float32)
     assert model.dtype == torch.float32  # built in fp32, the bf16 values cast up
 
 

@@ -20,6 +20,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.attention.recompute import keep_for_recompute, recomputing
+
 __all__ = ["SphericalKMeans", "two_means", "unit_layer_norm"]
 
 
@@ -166,7 +168,14 @@ class SphericalKMeans(nn.Module):
         Everything here runs in fp32 with autocast off, as :meth:`scores` does: under
         ``bf16-mixed`` training, autocast would run the k-means init's and revival's matrix
         products in bf16, and revive different centroids (docs/long_context.md §5p).
+
+        Under gradient checkpointing (:mod:`zoo.attention.recompute`) the recomputation in
+        backward updates nothing and routes with the centroids from before this update, so a
+        step moves the centroids once and routes as it would without checkpointing.
         """
+        if recomputing():  # the forward pass made this step's update
+            return
+        keep_for_recompute(self.centroids)
         with torch.autocast(q.device.type, enabled=False):  # fp32 under bf16-mixed training
             self._update(q, k, padding_mask, q_clusters)
 

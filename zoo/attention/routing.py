@@ -43,6 +43,7 @@ from zoo.attention.cache import LayerKVCache
 from zoo.attention.functional import attend, masked_attention
 from zoo.attention.kmeans import SphericalKMeans, unit_layer_norm
 from zoo.attention.patterns import local
+from zoo.attention.recompute import recomputing
 from zoo.attention.relative import RelativePositions
 from zoo.attention.rotary import RotaryEmbedding
 from zoo.kernels.routing import gather_clusters, scatter_mean
@@ -313,11 +314,11 @@ class RoutingSelfAttention(nn.Module):
             return v, None
         if self.routing == "causal":
             clusters = self.kmeans.assign(q)
-            if self.training:  # for far_share()
+            if self.training and not recomputing():  # for far_share()
                 self._last_routing = (q.detach(), clusters)
             return self._route_causal(q, v, clusters), clusters
         q_idx, k_idx = self.select(q, k)
-        if self.training:  # for far_share(), computed only when a logger asks
+        if self.training and not recomputing():  # for far_share(), when a logger asks
             self._last_routing = (q.detach(), k.detach(), q_idx, k_idx)
         if self.relative is None:
             return attend(q, k, v, clusters=(q_idx, k_idx)), None

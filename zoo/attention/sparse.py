@@ -14,6 +14,8 @@ step when decoding with a cache (scores in fp32, as the paper casts queries and 
 §5.6).
 
 No dropout on attention probabilities (the paper drops the residual branches, not the weights).
+The paper's recomputation in the backward pass (§5.4) is the model's gradient checkpointing, which
+recomputes whole blocks (:meth:`zoo.models.base.PretrainedMixin.gradient_checkpointing_enable`).
 
 Shape legend: B batch, H heads, T new positions, S cached + new positions, D d_head, C d_model.
 """
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.dense import CausalSelfAttention
@@ -51,8 +52,6 @@ class SparseSelfAttention(CausalSelfAttention):
         groups: the head groups, in head order; their ``n_heads`` sum to ``H``.
         block_size: block edge of the block-sparse layouts.
         bias: biases in the projections.
-        checkpoint: recompute this sub-layer in the backward pass instead of storing its
-            activations (the paper's §5.4), when training.
         rotary: rotary positions on queries and keys (see :class:`CausalSelfAttention`).
 
     Input ``x``: ``(B, T, C)``; output ``(B, T, C)``, same dtype.
@@ -64,25 +63,18 @@ class SparseSelfAttention(CausalSelfAttention):
         groups: list[HeadGroup],
         block_size: int,
         bias: bool = True,
-        checkpoint: bool = False,
         rotary: bool = False,
     ) -> None:
         n_heads = sum(g.n_heads for g in groups)
         super().__init__(d_model, n_heads, dropout=0.0, bias=bias, rotary=rotary)
         self.groups = list(groups)
         self.block_size = block_size
-        self.checkpoint = checkpoint
 
     def extra_repr(self) -> str:
         parts = ", ".join(f"{g.n_heads} x {g.pattern.name}" for g in self.groups)
-        return f"heads=[{parts}], block_size={self.block_size}, checkpoint={self.checkpoint}"
+        return f"heads=[{parts}], block_size={self.block_size}"
 
     def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
-        if self.checkpoint and cache is None and self.training and torch.is_grad_enabled():
-            return checkpoint(self._forward, x, None, use_reentrant=False)
-        return self._forward(x, cache)
-
-    def _forward(self, x: Tensor, cache: LayerKVCache | None) -> Tensor:
         past = cache.seq_len if cache is not None else 0
         q, k, v = self.split_heads(x, past)  # (B, H, T, D)
         if cache is not None:

@@ -6,12 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from zoo.bench import COLUMNS, PRECISIONS, benchmark, table_rows, title, write_card
+from zoo.commands.common import DEVICE_HELP, default_device
 from zoo.errors import ZooError
 
-__all__ = ["bench_main"]
+__all__ = ["PRECISIONS", "bench_main"]
+
+# the keys of zoo.bench.PRECISIONS, named here so that --help imports no torch (a test keeps them equal)
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 
 
 def _default_out_dir(name: str) -> Path:
@@ -33,13 +34,12 @@ def bench_main(args: list[str]) -> None:
     )
     parser.add_argument("name", help="a published checkpoint (`zoo list`), a Hub repo id or a "
                         "save_pretrained folder (./folder)")  # fmt: skip
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda or cuda:N (default: cuda if this machine has one)")  # fmt: skip
+    parser.add_argument("--device", help=DEVICE_HELP)
     parser.add_argument(
         "--precision",
         "--dtype",
         default="32-true",
-        choices=list(PRECISIONS),
+        choices=PRECISIONS,
         help="32-true (fp32, default); bf16-mixed is `zoo fit`'s default on GPUs with bf16 and "
         "CPUs with AVX512-BF16 or AMX",
     )
@@ -54,6 +54,12 @@ def bench_main(args: list[str]) -> None:
     )
     parser.add_argument("--out-dir", type=Path, help="default: bench/<name>")
     ns = parser.parse_args(args)
+
+    import torch
+
+    from zoo.bench import COLUMNS, benchmark, table_rows, title, write_card
+
+    ns.device = default_device(ns.device)
     if ns.threads is not None:
         if ns.threads < 1:
             parser.exit(2, f"zoo bench: error: --threads must be >= 1, got {ns.threads}\n")

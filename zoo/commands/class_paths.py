@@ -138,8 +138,8 @@ def _load(text_or_path: str, where: str) -> Any:
 
 def check_class_paths(args: list[str], allowed: tuple[str, ...] = ()) -> None:
     """Check every class that ``zoo fit | validate | test | predict ARGS`` would import: those
-    of each ``--config`` (file or inline) and of every flag's value, before jsonargparse parses
-    them.
+    of each ``--config`` (file or inline), of every flag's value and of ``--model.help NAME``
+    (and the other class keys' ``.help``), before jsonargparse parses them.
 
     Raises:
         ConfigError: a ``class_path`` (or a dotted class name under a class key) outside the
@@ -161,7 +161,11 @@ def check_class_paths(args: list[str], allowed: tuple[str, ...] = ()) -> None:
             continue
         last = key.rsplit(".", 1)[-1]
         plain = any(part in PLAIN_KEYS for part in key.split("."))
-        if last == "class_path":
+        owner = key.split(".")[-2] if "." in key else ""  # --model.help: model
+        if last == "help" and owner in CLASS_KEYS:
+            if not value.startswith("-"):  # --model.help NAME imports NAME's module to show it
+                _check_named(value, f"--{key}", allowed)
+        elif last == "class_path":
             if plain:
                 raise ConfigError(f"--{key}: a class_path where plain settings are expected; "
                                   "nothing was imported.")  # fmt: skip

@@ -1,5 +1,8 @@
-"""What several commands share: the ``--device`` check, bytes from arguments and stdin, the
-terminal console and one-line warnings."""
+"""What several commands share: the ``--device`` default and check, the model loader, bytes from
+arguments and stdin, the terminal console and one-line warnings.
+
+Nothing here imports torch or Lightning at import time: a command builds its parser from this
+module, and ``zoo COMMAND --help`` must answer without loading them (tests/test_cli_startup.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,41 @@ import os
 import sys
 import warnings
 
-__all__ = ["checked_device", "console", "one_line_warnings", "prompt_bytes", "stdin_bytes"]
+__all__ = [
+    "DEVICE_HELP",
+    "checked_device",
+    "console",
+    "default_device",
+    "load_model",
+    "one_line_warnings",
+    "prompt_bytes",
+    "stdin_bytes",
+]
+
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda if this machine has one, else cpu)"
+
+
+def default_device(device: str | None) -> str:
+    """``device`` if given, else ``cuda`` when torch sees a GPU, else ``cpu``: a ``--device``
+    default decided after parsing, so that ``--help`` imports no torch."""
+    if device is not None:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(checkpoint: str, device: str = "cpu", **options):
+    """:func:`zoo.loading.load_model` (``options``: its ``task``, ``wrong_kind``), imported on the
+    first call: it imports torch and the tasks.
+
+    Raises:
+        ZooError: what :func:`zoo.loading.load_model` raises (a missing, unsafe or wrong-kind
+            checkpoint).
+    """
+    from zoo.loading import load_model as load
+
+    return load(checkpoint, device, **options)
 
 
 def checked_device(parser: argparse.ArgumentParser, device: str) -> str:

@@ -17,11 +17,11 @@ __all__ = ["evaluate_main"]
 
 
 def evaluate_main(args: list[str]) -> None:
-    from zoo.callbacks import quiet_lightning_warnings
-
     parser = _parser()
     ns = parser.parse_args(args)
     _check_flags(parser, ns)
+    from zoo.callbacks import quiet_lightning_warnings  # Lightning: only once the flags are checked
+
     quiet_lightning_warnings()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device/limit banners
     from zoo.data.byte_corpora import EmptyDataWarning

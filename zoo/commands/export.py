@@ -9,11 +9,6 @@ __all__ = ["export_main"]
 
 
 def export_main(args: list[str]) -> None:
-    from zoo.evaluation import load_metrics
-    from zoo.files import contained_path
-    from zoo.hub import load_registry
-    from zoo.publishing.export import checked_name, export_run, register
-
     parser = argparse.ArgumentParser(
         prog="zoo export",
         description="Turn a trained run into the folder that is pushed and shipped: config.json, "
@@ -45,6 +40,12 @@ def export_main(args: list[str]) -> None:
                         "evaluate RUN --attention` (attention.md/.json/.png): published, in the "
                         "card")  # fmt: skip
     ns = parser.parse_args(args)
+
+    from zoo.evaluation import load_metrics
+    from zoo.files import contained_path
+    from zoo.hub import load_registry
+    from zoo.publishing.export import checked_name, export_run, register
+
     checked_name(ns.name)  # a plain published name: it names the folder under checkpoints/
     if ns.repo_id is not None:
         from zoo.publishing.push import checked_repo_id

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from zoo.commands.common import checked_device, prompt_bytes
+from zoo.commands.common import (
+    DEVICE_HELP,
+    checked_device,
+    default_device,
+    load_model,
+    prompt_bytes,
+)
 from zoo.errors import ZooError
-from zoo.loading import load_model
 
 __all__ = ["generate_main", "sample_main"]
 
@@ -42,8 +45,10 @@ def generate_main(args: list[str]) -> None:
         action="store_true",
         help="keep the last max_seq_len tokens of a long prompt instead of failing",
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help=DEVICE_HELP)
     ns = parser.parse_args(args)
+
+    import torch
 
     from zoo.data.text import ByteTokenizer
     from zoo.generation import check_generation, check_sampling, generate, seeded_generator
@@ -65,7 +70,7 @@ def generate_main(args: list[str]) -> None:
     if ns.num_samples < 1 or ns.max_new_tokens < 0:
         parser.exit(2, "zoo generate: error: --num-samples must be >= 1 and --max-new-tokens "
                     f">= 0, got {ns.num_samples} and {ns.max_new_tokens}\n")  # fmt: skip
-    checked_device(parser, ns.device)
+    ns.device = checked_device(parser, default_device(ns.device))
     try:
         model = load_model(ns.checkpoint, ns.device)
     except ZooError as e:
@@ -111,7 +116,7 @@ def sample_main(args: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="samples and the test images chosen "
                         "(0 to 2**64 - 1)")  # fmt: skip
     parser.add_argument("--scale", type=int, default=2, help="pixels per image pixel in the PNG")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help=DEVICE_HELP)
     ns = parser.parse_args(args)
 
     import numpy as np
@@ -129,7 +134,7 @@ def sample_main(args: list[str]) -> None:
     if ns.num_samples < 0 or ns.completions < 0 or ns.num_samples + ns.completions == 0:
         parser.exit(2, "zoo sample: error: --num-samples and --completions must be >= 0, and "
                     "one of them > 0\n")  # fmt: skip
-    checked_device(parser, ns.device)
+    ns.device = checked_device(parser, default_device(ns.device))
     model = load_model(ns.checkpoint, ns.device, task="ImageLM")
     ns.dataset = ns.dataset or _dataset_of(model)
     own = getattr(model.config, "image_shape", None)

@@ -1,5 +1,6 @@
 """``zoo fit | validate | test | predict``: LightningCLI (jsonargparse) over the zoo's tasks and
-data modules; recipes are files or the packaged ones by name."""
+data modules; recipes are files or the packaged ones by name. Their ``--help`` leads with the
+zoo's options (:data:`ZOO_OPTIONS`), the Trainer's flags last (:class:`ZooArgumentParser`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,106 @@ import sys
 import warnings
 from pathlib import Path
 
-from lightning.pytorch.cli import LightningCLI
+from jsonargparse import DefaultHelpFormatter
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from zoo.callbacks import quiet_lightning_warnings
 from zoo.errors import ConfigError
 
-__all__ = ["ZooCLI", "packaged_recipes", "run_lightning", "with_packaged_config"]
+__all__ = [
+    "ZOO_OPTIONS",
+    "ZooArgumentParser",
+    "ZooCLI",
+    "packaged_recipes",
+    "parser_kwargs",
+    "run_lightning",
+    "with_packaged_config",
+]
+
+SUMMARIES = {  # what each command does, the first line of its --help
+    "fit": "Train a model of the zoo with Lightning (Trainer.fit).",
+    "validate": "Measure a model on the validation split (Trainer.validate).",
+    "test": "Measure a model on the test split (Trainer.test).",
+    "predict": "Sample continuations of --data.init_args.prompts (Trainer.predict).",
+}
+
+ZOO_OPTIONS = """\
+A recipe, then any setting as a flag or a YAML key. The zoo's options:
+  -c, --config RECIPE       a YAML file or a packaged recipe's name
+                            (transformer_lm/pg19mini, a published checkpoint's)
+  --model TASK              CausalLM, ImageLM or Translation (zoo.tasks)
+  --model.help TASK         the task's settings: --model.init_args.NAME VALUE
+  --data DATAMODULE         ByteTextDataModule, ImageDataModule,
+                            TranslationDataModule, LongRangeTaskDataModule
+  --data.help DATAMODULE    its settings: --data.init_args.NAME VALUE
+  --run_dir DIR             write the whole run (logs, checkpoints) under DIR
+  --ckpt_path CKPT          the checkpoint to resume (fit) or to use
+  --allow_class_path PREFIX trust the classes under PREFIX that a recipe
+                            names (repeatable; docs/security.md)
+  --print_config            print the resolved recipe and exit
+The Trainer's settings (--trainer.NAME VALUE) come last. `zoo models` lists
+the models a task builds (--model.init_args.model NAME).
+
+examples:
+  zoo fit --config transformer_lm/pg19mini --trainer.max_steps 100
+  zoo fit --model.help CausalLM
+  zoo test --config transformer_lm/pg19mini --ckpt_path best.ckpt
+"""
+
+GROUP_TITLES = {  # the argument groups that LightningCLI titles with a class or a docstring
+    "model": "The task (--model TASK; --model.help TASK for its settings)",
+    "data": "The data (--data DATAMODULE; --data.help DATAMODULE for its settings)",
+    "trainer": "The Trainer's settings (--trainer.NAME VALUE)",
+}
+
+
+def _usage(command: str) -> str:
+    indent = " " * len(f"usage: zoo {command} ")
+    return (f"zoo {command} [--config RECIPE] [--model TASK] [--data DATAMODULE]\n"
+            f"{indent}[--run_dir DIR] [--ckpt_path CKPT] [--print_config]\n"
+            f"{indent}[--allow_class_path PREFIX] [--model.NAME VALUE]\n"
+            f"{indent}[--data.NAME VALUE] [--trainer.NAME VALUE] ...")  # fmt: skip
+
+
+class _KeptLinesFormatter(DefaultHelpFormatter):
+    """jsonargparse's help, with the description's lines kept as written (a table of options)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+class ZooArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser whose ``--help`` shows the Trainer's flags after everything else: the
+    zoo's options, the task (``--model``) and the data (``--data``) come first."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _KeptLinesFormatter)
+        super().__init__(*args, **kwargs)
+
+    def format_help(self, *args, **kwargs) -> str:
+        groups = self._action_groups
+        for group in groups:
+            key = _group_key(group)
+            group.title = GROUP_TITLES.get(key, group.title)
+        trainer = [g for g in groups if _group_key(g) == "trainer"]
+        self._action_groups = [g for g in groups if g not in trainer] + trainer
+        try:
+            return super().format_help(*args, **kwargs)
+        finally:
+            self._action_groups = groups
+
+
+def _group_key(group) -> str | None:
+    """``model``, ``data`` or ``trainer`` for the argument group of that key (the one that holds
+    ``--model`` itself, not a class's settings shown by ``--model.help``), else ``None``."""
+    dests = {a.dest for a in group._group_actions}
+    return next((key for key in GROUP_TITLES if key in dests), None)
+
+
+def parser_kwargs() -> dict[str, dict[str, str]]:
+    """LightningCLI's ``parser_kwargs``: each command's usage and description (:data:`ZOO_OPTIONS`)."""
+    return {command: {"usage": _usage(command), "description": f"{summary}\n\n{ZOO_OPTIONS}"}
+            for command, summary in SUMMARIES.items()}  # fmt: skip
 
 
 # model arguments that --ckpt_path keeps from the command line (not the model itself)
@@ -275,9 +370,19 @@ def with_packaged_config(args: list[str]) -> list[str]:
 
 
 def run_lightning(args: list[str]) -> None:
+    """``zoo fit | validate | test | predict ARGS`` (``args[0]`` is the command).
+
+    Raises:
+        ConfigError: a recipe or flag that names a class the zoo does not trust
+            (:func:`~zoo.commands.class_paths.check_class_paths`), a missing recipe, or a value the
+            Trainer refuses; jsonargparse exits 2 with its message on other bad input.
+    """
     from lightning import LightningDataModule, LightningModule
 
-    import zoo  # noqa: F401  (registers the models)
+    if args[1:] not in (["--help"], ["-h"]):  # the help alone names them without importing them
+        # the tasks and data modules, imported: --model CausalLM and --model.help CausalLM find them
+        import zoo.data  # noqa: F401
+        import zoo.tasks  # noqa: F401
     from zoo.callbacks import FinalLastCheckpoint, SampleWriter, TrainingSummary
     from zoo.commands.class_paths import check_class_paths, split_allowances
 
@@ -294,4 +399,6 @@ def run_lightning(args: list[str]) -> None:
         trainer_defaults={"callbacks": [TrainingSummary(), SampleWriter(), FinalLastCheckpoint()]},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
+        parser_class=ZooArgumentParser,
+        parser_kwargs=parser_kwargs(),
     )

@@ -259,9 +259,7 @@ def _listing(entries, registry, console: Console, wide: bool) -> str:
 
 
 def list_main(args: list[str]) -> None:
-    from zoo.hub import load_registry
-    from zoo.hub.registry import list_pretrained
-    from zoo.hub.schema import TASKS
+    from zoo.hub.schema import TASKS  # imports zoo.hub (huggingface_hub: a few tenths of a second)
 
     parser = argparse.ArgumentParser(
         prog="zoo list",
@@ -289,6 +287,10 @@ def list_main(args: list[str]) -> None:
     view.add_argument("--write-readme", metavar="README", nargs="?", const="README.md",
                       help="regenerate the table in README (default README.md)")  # fmt: skip
     ns = parser.parse_args(args)
+
+    from zoo.hub import load_registry
+    from zoo.hub.registry import list_pretrained
+
     registry = load_registry()
     filters = (ns.pattern, ns.task, ns.attention, ns.causal, ns.context)
     if ns.write_readme and (any(f is not None for f in filters) or ns.all):

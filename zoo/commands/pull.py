@@ -8,8 +8,6 @@ __all__ = ["pull_main"]
 
 
 def pull_main(args: list[str]) -> None:
-    from zoo.hub import pull
-
     parser = argparse.ArgumentParser(
         prog="zoo pull",
         description="Download every file of a published checkpoint at its pinned revision into the "
@@ -19,5 +17,8 @@ def pull_main(args: list[str]) -> None:
     parser.add_argument("--cache-dir", help="default: the HF cache (HF_HOME)")
     parser.add_argument("--force", action="store_true", help="download again even if cached")
     ns = parser.parse_args(args)
+
+    from zoo.hub import pull
+
     path = pull(ns.name, cache_dir=ns.cache_dir, force_download=ns.force)
     print(f"{ns.name}: all files verified in {path}")

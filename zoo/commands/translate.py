@@ -6,11 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from zoo.commands.common import checked_device, stdin_bytes
+from zoo.commands.common import (
+    DEVICE_HELP,
+    checked_device,
+    default_device,
+    load_model,
+    stdin_bytes,
+)
 from zoo.errors import ZooError
-from zoo.loading import load_model
 
 __all__ = ["translate_main"]
 
@@ -28,7 +31,7 @@ def translate_main(args: list[str]) -> None:
         parser.exit(2, f"zoo translate: error: {e}\n")
     if ns.input is not None and not Path(ns.input).is_file():
         parser.exit(2, f"zoo translate: error: {ns.input} does not exist\n")
-    checked_device(parser, ns.device)
+    ns.device = checked_device(parser, default_device(ns.device))
     try:
         model = load_model(ns.checkpoint, ns.device, task="Translation")
     except ZooError as e:
@@ -120,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         help="max length = a * source + b (default: the checkpoint's, else 50)",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", help=DEVICE_HELP)
     parser.add_argument(
         "--attention-map",
         metavar="PNG",

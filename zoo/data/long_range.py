@@ -356,7 +356,7 @@ def task_hits(
             for start in range(0, len(data), batch_size):
                 batch = [data.example(i) for i in range(start, min(start + batch_size, len(data)))]
                 x = torch.stack([e.x for e in batch]).to(device)  # (B, T)
-                pred = model(x).float().argmax(-1).cpu()  # (B, T)
+                pred = model(x).logits.float().argmax(-1).cpu()  # (B, T)
                 for e, p in zip(batch, pred, strict=True):
                     idx = torch.from_numpy(e.scored)  # (n, m)
                     hits = (p[idx] == e.y[idx]).sum(1)  # (n,)

@@ -131,7 +131,7 @@ class ZooLM(LM):
     def _score(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Summed log-probability in nats (float64) of the targets ``y`` (``-100``: unscored) and
         whether each is the argmax, per row of ``x, y`` ``(B, T)`` int64."""
-        logits = self.model(x.to(self.model.device)).float()  # (B, T, V)
+        logits = self.model(x.to(self.model.device)).logits.float()  # (B, T, V)
         y = y.to(self.model.device)
         nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")
         scored = y != IGNORE_INDEX

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import safetensors
 import safetensors.torch
 import torch
 from torch import Tensor, nn
 
+from zoo.attention.recompute import CHECKPOINT_OPTIONS, checkpoint
 from zoo.config import ModelConfig
 from zoo.errors import CheckpointError, ConfigError
 from zoo.files import (
@@ -182,8 +183,9 @@ def recorded_config(
 
 
 class PretrainedMixin:
-    """``save_pretrained``, ``push_to_hub``, ``generate``, ``device``, ``dtype`` and
-    ``num_parameters`` for zoo models.
+    """``save_pretrained``, ``push_to_hub``, ``generate``, ``device``, ``dtype``,
+    ``num_parameters`` and gradient checkpointing (``gradient_checkpointing_enable``) for zoo
+    models.
 
     A model class sets ``model_type`` (its key in ``config.json``) and ``config_class``, keeps its
     config as ``self.config``, and is constructed as ``cls(config)``.
@@ -192,6 +194,8 @@ class PretrainedMixin:
     model_type: ClassVar[str]
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
+    # recompute each block in the backward pass instead of keeping its activations
+    gradient_checkpointing: bool = False
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``save_directory`` (created if needed),
@@ -234,20 +238,34 @@ class PretrainedMixin:
         repo_id: str,
         *,
         branch: str | None = None,
+        create_pr: bool = False,
         private: bool = False,
         token: str | bool | None = None,
         commit_message: str | None = None,
     ) -> str:
-        """Upload what :meth:`save_pretrained` writes, and a short model card (``README.md``), to
-        the Hub repo ``repo_id`` (created if needed) in one commit; return the commit sha.
+        """Upload what :meth:`save_pretrained` writes (weights in the model's current dtype), and a
+        short model card (``README.md``), to the Hub repo ``repo_id`` (created if needed) in one
+        commit; return the commit sha.
 
-        ``zoo.from_pretrained(repo_id)`` loads it back, checked against its ``manifest.json``. A
-        card with measured metrics and a ``checkpoints.yaml`` entry come from a training run:
+        ``branch`` (default ``main``) is created from ``main``'s head if the repo lacks it, as
+        ``huggingface_hub``'s ``create_branch`` does; ``zoo.from_pretrained(repo_id,
+        revision=branch)`` loads it back, in the dtype it was pushed in, checked against its
+        ``manifest.json``. ``create_pr=True`` changes nothing on ``main``: it opens a pull request
+        against it, as ``huggingface_hub``'s ``upload_folder`` does.
+
+        Returns:
+            the commit sha, a ``str`` (:class:`zoo.hub.upload.HubCommit`) that also carries what
+            ``upload_folder`` returned: ``.info`` (its ``CommitInfo``), ``.commit_url``, and for a
+            pull request ``.pr_url``, ``.pr_num`` and ``.pr_revision`` (``"refs/pr/N"``, which
+            ``from_pretrained(repo_id, revision=...)`` loads); they are ``None`` otherwise.
+
+        A card with measured metrics and a ``checkpoints.yaml`` entry come from a training run:
         ``zoo export RUN --register`` then ``zoo push`` (docs/checkpoints.md).
 
         Raises:
-            ConfigError: ``repo_id`` is not a valid repo id; HubError: no token, or the Hub
-                refused, with the server's message (:func:`zoo.hub.upload.upload_folder`).
+            ConfigError: ``repo_id`` is not a valid repo id, or ``create_pr`` with a ``branch``
+                other than ``main``; HubError: no token, or the Hub refused, with the server's
+                message (:func:`zoo.hub.upload.upload_folder`).
         """
         import tempfile
 
@@ -256,24 +274,27 @@ class PretrainedMixin:
         checked_repo_id(repo_id)
         with tempfile.TemporaryDirectory(prefix="zoo-push-") as tmp:
             folder = self.save_pretrained(tmp)
-            (folder / "README.md").write_text(self._short_card(repo_id))
+            revision = None if create_pr or branch in (None, "main") else branch
+            (folder / "README.md").write_text(self._short_card(repo_id, revision))
             files = [p.name for p in folder.iterdir()]
             return upload_folder(
-                folder, repo_id, files=files, branch=branch, private=private, token=token,
+                folder, repo_id, files=files, branch=branch, create_pr=create_pr,
+                private=private, token=token,
                 commit_message=commit_message or f"Upload {self.model_type} with attention-zoo",
             )  # fmt: skip
 
-    def _short_card(self, repo_id: str) -> str:
+    def _short_card(self, repo_id: str, revision: str | None = None) -> str:
         """The model card of :meth:`push_to_hub`: the Hub's metadata, what the model is, how to
-        load it."""
+        load it (from ``revision``, a branch, when not ``main``)."""
         from huggingface_hub import ModelCard, ModelCardData
 
         data = ModelCardData(library_name="attention-zoo", tags=[self.model_type, "pytorch"])
+        at = f", revision={revision!r}" if revision else ""
         return str(ModelCard(
             f"---\n{data.to_yaml()}\n---\n\n# {repo_id}\n\nAn attention-zoo model "
             f"(`model_type: {self.model_type}`, {self.num_parameters():,} parameters), uploaded "
             "with `push_to_hub`; no metrics were recorded with it.\n\n```python\nimport zoo\n\n"
-            f"model = zoo.from_pretrained({repo_id!r})\n```\n"
+            f"model = zoo.from_pretrained({repo_id!r}{at})\n```\n"
         ))  # fmt: skip
 
     @property
@@ -285,7 +306,7 @@ class PretrainedMixin:
     @property
     def dtype(self) -> torch.dtype:
         """The dtype of the floating-point parameters (the first one's), as transformers' models
-        say: ``torch.float32`` as trained, or what ``from_pretrained(..., dtype=)`` cast to."""
+        say: the dtype the weights were saved in, or what ``from_pretrained(..., dtype=)`` cast to."""
         assert isinstance(self, nn.Module)
         return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
@@ -294,31 +315,78 @@ class PretrainedMixin:
         input_ids: Tensor,
         max_new_tokens: int | None = None,
         *,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        num_beams: int | None = None,
-        length_penalty: float | None = None,
-        eos_token_id: int | list[int] | None = None,
-        suppress_tokens: list[int] | None = None,
+        attention_mask: Tensor | None = None,
+        generation_config: Any = None,
+        streamer: Any = None,
         seed: int | None = None,
         progress: bool = False,
+        **settings: Any,
     ) -> Tensor:
         """Continue (a language model) or translate (an encoder-decoder) ``input_ids`` ``(B, T)``
-        int64, with transformers' argument names: greedy unless ``do_sample``; ``num_beams`` and
-        ``length_penalty`` for encoder-decoders. Returns int64 ids; the rules, shapes and errors
-        are :func:`zoo.generation.generate_like_transformers`'s."""
-        from zoo.generation import generate_like_transformers
+        int64 with transformers' keywords (``attention_mask``, ``do_sample``, ``temperature``,
+        ``top_k``, ``top_p``, ``max_length``, ``num_beams``, ``length_penalty``,
+        ``num_return_sequences``, ``repetition_penalty``, ``eos_token_id``, ``pad_token_id``,
+        ``suppress_tokens``, ``streamer``, ``generation_config``), so
+        ``model.generate(**tokenizer(texts, return_tensors="pt", padding=True))`` works. Returns
+        int64 ids; the rules, shapes and errors are
+        :func:`zoo.hf_generate.generate_like_transformers`'s."""
+        from zoo.hf_generate import generate_like_transformers
 
         return generate_like_transformers(
-            self, input_ids, max_new_tokens, do_sample=do_sample, temperature=temperature,
-            top_k=top_k, top_p=top_p, num_beams=num_beams, length_penalty=length_penalty,
-            eos_token_id=eos_token_id, suppress_tokens=suppress_tokens, seed=seed,
-            progress=progress,
+            self, input_ids, max_new_tokens, attention_mask=attention_mask,
+            generation_config=generation_config, streamer=streamer, seed=seed,
+            progress=progress, **settings,
         )  # fmt: skip
 
     def num_parameters(self) -> int:
         """Number of trainable parameters (tied weights counted once)."""
         assert isinstance(self, nn.Module)
         return sum(p.numel() for p in self.parameters())
+
+    # --- gradient checkpointing (transformers' names) --------------------------------------------
+    supports_gradient_checkpointing: ClassVar[bool] = True
+    # the torch.utils.checkpoint options given to gradient_checkpointing_enable
+    gradient_checkpointing_kwargs: dict[str, Any] = {}  # replaced by enable, never changed
+
+    def gradient_checkpointing_enable(
+        self, gradient_checkpointing_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        """Recompute each block (Transformer layer; LSTM decoder step) in the backward pass
+        instead of keeping its activations (Chen et al. 2016; the Sparse Transformer's §5.4):
+        less memory for one more forward pass per block, the same gradients. Active in training
+        mode with gradients enabled and no cache; :mod:`zoo.attention.recompute` keeps forward
+        side effects (routing centroids) to one per step. docs/bench/gradient_checkpointing.md
+        measures the saving.
+
+        ``gradient_checkpointing_kwargs``: options of :func:`torch.utils.checkpoint.checkpoint`,
+        as transformers takes them: ``use_reentrant`` (only ``False``, the default),
+        ``preserve_rng_state``, ``determinism_check``, ``context_fn``.
+
+        Raises:
+            ConfigError: another key, or ``use_reentrant=True``.
+        """
+        options = dict(gradient_checkpointing_kwargs or {})
+        unknown = sorted(set(options) - set(CHECKPOINT_OPTIONS))
+        if unknown or options.get("use_reentrant"):
+            what = f"unknown key(s) {unknown}" if unknown else "use_reentrant=True"
+            raise ConfigError(
+                f"gradient_checkpointing_kwargs: {what}; zoo takes {', '.join(CHECKPOINT_OPTIONS)}"
+                " (use_reentrant only False: non-reentrant checkpointing)"
+            )
+        self.gradient_checkpointing_kwargs = options
+        self.gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        """Keep activations again (the default); see :meth:`gradient_checkpointing_enable`."""
+        self.gradient_checkpointing = False
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        """Whether :meth:`gradient_checkpointing_enable` is in effect."""
+        return self.gradient_checkpointing
+
+    def _gradient_checkpointing_func(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)`` checkpointed (:func:`zoo.attention.recompute.checkpoint`
+        with the options given to :meth:`gradient_checkpointing_enable`): what a model's block
+        loop calls when ``self.gradient_checkpointing`` and training (transformers' name)."""
+        return checkpoint(function, *args, **self.gradient_checkpointing_kwargs, **kwargs)

@@ -134,7 +134,7 @@ def coordinate_encodings(n_positions: int, row_width: int, d_model: int) -> Tens
 class ImageTransformerLM(TransformerLM):
     """Image Transformer: sub-pixel ids ``(B, T)`` int64 -> next-sub-pixel logits ``(B, T, V)``.
 
-    Same interface as :class:`~zoo.models.transformer.TransformerLM` (``forward(idx, cache)``,
+    Same interface as :class:`~zoo.models.transformer.TransformerLM` (``forward``,
     ``init_cache``); cached decoding gathers only the keys of each new query's memory.
 
     Raises:

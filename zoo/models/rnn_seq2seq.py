@@ -51,6 +51,7 @@ from zoo.attention.scores import ScoreName, build_score
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
+from zoo.models.outputs import Seq2SeqLMOutput, seq2seq_forward
 from zoo.models.registry import register_model, register_preset
 
 __all__ = ["LSTMSeq2Seq", "LSTMSeq2SeqConfig", "RNNSeq2SeqCache"]
@@ -275,26 +276,44 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
         )
 
     # --- decoder ---------------------------------------------------------------------------------
-    def _upper(self, cache: RNNSeq2SeqCache) -> Tensor | None:
-        """Remaining fertility ``(B, S)``; the sink's is unbounded (``max_seq_len``)."""
+    def _upper(self, coverage: Tensor) -> Tensor | None:
+        """Remaining fertility ``(B, S)`` after ``coverage`` ``(B, S)``; the sink's is unbounded
+        (``max_seq_len``)."""
         if self.config.mapping not in CONSTRAINED:
             return None
-        upper = (self.config.fertility - cache.coverage).clamp(min=0.0)
+        upper = (self.config.fertility - coverage).clamp(min=0.0)
         return torch.cat(
             [upper[:, :-1], upper.new_full((upper.shape[0], 1), float(self.config.max_seq_len))], 1
         )
 
-    def _step(self, emb: Tensor, cache: RNNSeq2SeqCache) -> Tensor:
-        """One target position: ``emb`` ``(B, E)`` -> the attentional state ``(B, H)``."""
-        c = self.config
-        x = torch.cat([emb, cache.feed], -1) if c.input_feeding else emb
-        out, cache.state = _run_lstm(self.decoder, x[:, None], cache.state)  # (B, 1, H)
+    def _attend(
+        self, emb: Tensor, feed: Tensor, h: Tensor, c: Tensor, coverage: Tensor, keys: Tensor,
+        memory: Tensor, src_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+        """One target position as a function of tensors (so that gradient checkpointing can
+        recompute it): ``emb`` ``(B, E)``, the last attentional state ``feed`` ``(B, H)``, the
+        LSTM state ``h, c`` ``(layers, B, H)`` and the ``coverage`` ``(B, S)`` -> the new
+        attentional state ``(B, H)``, ``h``, ``c`` and the attention ``(B, S)``."""
+        cfg = self.config
+        x = torch.cat([emb, feed], -1) if cfg.input_feeding else emb
+        out, (h, c) = _run_lstm(self.decoder, x[:, None], (h, c))  # (B, 1, H)
         s = out[:, 0]
-        scores = self.score.score(cache.keys, s[:, None])[:, 0].float()  # (B, S)
-        scores = scores.masked_fill(~cache.src_mask, float("-inf"))
-        a = map_scores(scores, c.mapping, upper=self._upper(cache), lam=c.fusedmax_lam)
-        context = (a.to(cache.memory.dtype)[:, None] @ cache.memory)[:, 0]  # (B, H)
-        attentional = torch.tanh(self.combine(torch.cat([context, s], -1)))
+        scores = self.score.score(keys, s[:, None])[:, 0].float()  # (B, S)
+        scores = scores.masked_fill(~src_mask, float("-inf"))
+        a = map_scores(scores, cfg.mapping, upper=self._upper(coverage), lam=cfg.fusedmax_lam)
+        context = (a.to(memory.dtype)[:, None] @ memory)[:, 0]  # (B, H)
+        return torch.tanh(self.combine(torch.cat([context, s], -1))), h, c, a
+
+    def _step(self, emb: Tensor, cache: RNNSeq2SeqCache, recompute: bool = False) -> Tensor:
+        """One target position: ``emb`` ``(B, E)`` -> the attentional state ``(B, H)``, the
+        cache advanced; ``recompute``: checkpointed (kept: the step's inputs and outputs)."""
+        args = (emb, cache.feed, *cache.state, cache.coverage, cache.keys, cache.memory,
+                cache.src_mask)  # fmt: skip
+        if recompute:
+            attentional, h, c, a = self._gradient_checkpointing_func(self._attend, *args)
+        else:
+            attentional, h, c, a = self._attend(*args)
+        cache.state = (h, c)
         cache.feed = attentional
         cache.coverage = cache.coverage + a.to(cache.coverage.dtype)
         cache.attention = torch.cat([cache.attention, a.to(cache.attention.dtype)[:, None]], 1)
@@ -319,12 +338,28 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
             cache = self.init_cache(memory, src_mask)
         self._check_length(cache.seq_len + tgt.shape[1], "target")
         emb = self.dropout(self.tgt_emb(tgt))  # (B, T, E)
-        states = [self._step(emb[:, t], cache) for t in range(tgt.shape[1])]
+        # gradient checkpointing: each step keeps its inputs and outputs, not its LSTM gates,
+        # scores and mapping (docs/bench/gradient_checkpointing.md measures what that saves)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        states = [self._step(emb[:, t], cache, recompute) for t in range(tgt.shape[1])]
         return self.lm_head(self.dropout(torch.stack(states, 1))).float()
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+    def forward(
+        self,
+        input_ids: Tensor,
+        decoder_input_ids: Tensor | None = None,
+        *,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        return_dict: bool = True,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Source ``input_ids`` ``(B, S)`` and ``decoder_input_ids`` ``(B, T)`` (or ``labels``) ->
+        :class:`~zoo.models.outputs.Seq2SeqLMOutput` with ``logits`` ``(B, T, V)``; the keywords
+        and errors of :func:`~zoo.models.outputs.seq2seq_forward`."""
+        return seq2seq_forward(
+            self, input_ids, decoder_input_ids, attention_mask=attention_mask, labels=labels,
+            return_dict=return_dict,
+        )  # fmt: skip
 
     @torch.no_grad()
     def attention_weights(self, src: Tensor, tgt: Tensor) -> Tensor:

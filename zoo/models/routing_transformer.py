@@ -160,9 +160,10 @@ class RoutingTransformerConfig(TransformerConfig):
 class RoutingTransformerLM(TransformerLM):
     """Routing Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
 
-    ``forward(idx, cache=None, padding_mask=None)``; ``padding_mask`` ``(B, T)`` bool marks padding
-    tokens, which then do not move the centroids. Centroids are buffers: they are saved with the
-    weights and updated only in training mode.
+    ``forward`` as :class:`~zoo.models.transformer.TransformerLM`'s, and ``padding_mask`` ``(B, T)``
+    bool marking padding tokens, which then do not move the centroids (an ``attention_mask``'s
+    padding never reaches the layers: padded rows run without it). Centroids are buffers: they are
+    saved with the weights and updated only in training mode.
 
     Raises:
         SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
@@ -172,6 +173,7 @@ class RoutingTransformerLM(TransformerLM):
     model_type = "routing_transformer_lm"
     config_class = RoutingTransformerConfig
     TINY: ClassVar[dict[str, Any]] = TransformerLM.TINY | dict(window=6, n_clusters=4)
+    attention_keywords: ClassVar[tuple[str, ...]] = ("padding_mask",)
 
     @classmethod
     def tiny_config(cls, config: RoutingTransformerConfig) -> RoutingTransformerConfig:
@@ -240,12 +242,12 @@ def future_dependence(model: nn.Module, idx: Tensor, changes: list[int]) -> list
     targets are unchanged, in bits).
     """
     V = model.config.vocab_size
-    base = model(idx).float().log_softmax(-1)  # (B, T, V)
+    base = model(idx).logits.float().log_softmax(-1)  # (B, T, V)
     rows = []
     for t in changes:
         changed = idx.clone()
         changed[:, t] = (changed[:, t] + 1) % V
-        out = model(changed).float().log_softmax(-1)
+        out = model(changed).logits.float().log_softmax(-1)
         diff = (out[:, :t] - base[:, :t]).abs()  # (B, t, V)
         targets = idx[:, 1:t, None]  # next tokens of positions 0..t-2, unchanged
         nll = (out[:, : t - 1].gather(-1, targets) - base[:, : t - 1].gather(-1, targets)).abs()

@@ -31,6 +31,7 @@ from zoo.attention.mappings import CONSTRAINED, MappingName
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
+from zoo.models.outputs import Seq2SeqLMOutput, seq2seq_forward
 from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import FeedForward, sinusoidal_positions
 
@@ -139,6 +140,12 @@ class DecoderLayer(nn.Module):
         return self.sub3(x, self.ff)
 
 
+def _decoder_layer(layer: DecoderLayer, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    """``layer`` over ``x`` ``(B, T, C)`` attending to the encoder output ``memory`` ``(B, S, C)``,
+    whose keys and values it projects here (without a cache)."""
+    return layer(x, layer.cross_attn.project_memory(memory), src_mask)
+
+
 @dataclass
 class Seq2SeqCache:
     """Incremental decoding state: the decoder's self-attention keys/values (grow by one position
@@ -243,8 +250,12 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         """Encoder output ``(B, S, C)`` and the source mask ``(B, S)`` bool (True = real token)."""
         src_mask = src != self.config.pad_id
         x = self._embed(self.src_emb, src, 0, "source")
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.encoder:
-            x = layer(x, src_mask)
+            if recompute:  # keep only the layer's input; rebuild the rest in backward
+                x = self._gradient_checkpointing_func(layer, x, src_mask)
+            else:
+                x = layer(x, src_mask)
         return self.encoder_norm(x), src_mask
 
     def init_cache(self, memory: Tensor, src_mask: Tensor) -> Seq2SeqCache:
@@ -268,20 +279,35 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         holds only the new positions, which start at ``cache.seq_len``.
         """
         start = cache.seq_len if cache is not None else 0
-        if cache is None:
-            if memory is None or src_mask is None:
-                raise ValueError("decode needs memory and src_mask (from encode) or a cache")
-            kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
-        else:
-            kv, src_mask = cache.memory, cache.src_mask
+        if cache is None and (memory is None or src_mask is None):
+            raise ValueError("decode needs memory and src_mask (from encode) or a cache")
         x = self._embed(self.tgt_emb, tgt, start, "target")
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.decoder):
-            x = layer(x, kv[i], src_mask, cache.self_kv[i] if cache is not None else None)
+            if cache is not None:
+                x = layer(x, cache.memory[i], cache.src_mask, cache.self_kv[i])
+            elif recompute:  # the layer's keys and values of the memory are recomputed too
+                x = self._gradient_checkpointing_func(_decoder_layer, layer, x, memory, src_mask)
+            else:
+                x = _decoder_layer(layer, x, memory, src_mask)
         return self.lm_head(self.decoder_norm(x))
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+    def forward(
+        self,
+        input_ids: Tensor,
+        decoder_input_ids: Tensor | None = None,
+        *,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        return_dict: bool = True,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Source ``input_ids`` ``(B, S)`` and ``decoder_input_ids`` ``(B, T)`` (or ``labels``) ->
+        :class:`~zoo.models.outputs.Seq2SeqLMOutput` with ``logits`` ``(B, T, V)``; the keywords
+        and errors of :func:`~zoo.models.outputs.seq2seq_forward`."""
+        return seq2seq_forward(
+            self, input_ids, decoder_input_ids, attention_mask=attention_mask, labels=labels,
+            return_dict=return_dict,
+        )  # fmt: skip
 
     @torch.no_grad()
     def attention_weights(

@@ -14,8 +14,11 @@ The decoder-only Transformer of :mod:`zoo.models.transformer` with the paper's c
 - factorized learned position embeddings (§5.3): the sum of one embedding per coordinate of a
   position in a grid of shape ``position_shape`` -- ``(rows, stride)`` for text by default,
   ``(rows, columns, channels)`` for images;
-- recomputation of attention in the backward pass (§5.4, ``checkpoint_attention``); queries and keys
-  in fp32 for ``QK^T`` when decoding with a cache (§5.6).
+- recomputation in the backward pass (§5.4) is the model's gradient checkpointing
+  (``model.gradient_checkpointing_enable()``, every family's): whole blocks, attention and
+  feed-forward, as Figure 4's caption describes; a saved config's ``checkpoint_attention: true``
+  (the field it replaced) turns it on; queries and keys in fp32 for ``QK^T`` when decoding with a
+  cache (§5.6).
 
 Deviations: GELU is PyTorch's exact erf form (the paper's ``x sigmoid(1.702 x)`` approximates it);
 no dropout on attention probabilities (residual and embedding dropout only); with ``block_size``
@@ -56,12 +59,13 @@ class SparseTransformerConfig(TransformerConfig):
     window: int = 128  # local: positions attended, itself included
     block_size: int = 32  # block edge of the block-sparse layouts (work, not semantics)
     position_shape: tuple[int, ...] | None = None  # factorized grid; None = (rows, stride)
-    checkpoint_attention: bool = False  # recompute attention in backward (§5.4)
     zero_init_logits: bool = (
         True  # output-logit weights start at 0 (§6); False: N(0, 0.125/sqrt(d))
     )
     # the paper's initialisation (§5.2, §6), or "gpt2": the Transformer family's N(0, 0.02)
     init_scheme: Literal["sparse_transformer", "gpt2"] = "sparse_transformer"
+    # recomputation (§5.4) is the model's gradient checkpointing now: a saved True turns it on
+    retired_keys: ClassVar[dict[str, Any]] = {"checkpoint_attention": bool}
 
     def structure(self) -> dict[str, Any]:
         """The factorized pattern and its parameters (Child et al. 2019, §4.2, §5.1)."""
@@ -112,7 +116,7 @@ class SparseTransformerConfig(TransformerConfig):
 class SparseTransformerLM(TransformerLM):
     """Sparse Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
 
-    Same interface as :class:`~zoo.models.transformer.TransformerLM` (``forward(idx, cache)``,
+    Same interface as :class:`~zoo.models.transformer.TransformerLM` (``forward``,
     ``init_cache``); layer ``r`` attends through the heads groups of :meth:`build_attention`.
 
     Raises:
@@ -127,6 +131,11 @@ class SparseTransformerLM(TransformerLM):
         stride=8, c=2, window=6, block_size=4, position_shape=None
     )
     config: SparseTransformerConfig
+
+    def __init__(self, config: SparseTransformerConfig) -> None:
+        super().__init__(config)
+        if config.retired.get("checkpoint_attention"):  # saved when it was a config field
+            self.gradient_checkpointing_enable()
 
     def build_attention(self, layer: int) -> nn.Module:
         """Layer ``layer``'s attention: the pattern's head groups (§5.1)."""
@@ -151,7 +160,6 @@ class SparseTransformerLM(TransformerLM):
             groups,
             c.block_size,
             bias=c.bias,
-            checkpoint=c.checkpoint_attention,
             rotary=c.position == "rotary",
         )
 
@@ -277,10 +285,9 @@ register_preset(
         integration="merged",
         stride=128,
         c=32,
-        checkpoint_attention=True,
     ),  # fmt: skip
     "the paper's enwik8 model (§7.3: 30 layers, 8 heads, d=512, fixed, stride 128, c=32, merged, "
-    "context 12,288): GPU-sized",
+    "context 12,288; train it with gradient checkpointing, §5.4): GPU-sized",
 )
 _cifar10 = register_preset(
     "sparse_transformer_cifar10",

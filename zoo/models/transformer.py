@@ -35,8 +35,10 @@ from torch import Tensor, nn
 from zoo.attention import KVCache, LayerKVCache
 from zoo.attention.mechanisms import build_attention
 from zoo.config import ModelConfig
+from zoo.decoding import padding_spans
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
+from zoo.models.outputs import CausalLMOutput, causal_lm_loss
 from zoo.models.registry import register_model, register_preset
 
 __all__ = ["FeedForward", "TransformerBlock", "TransformerConfig", "TransformerLM"]
@@ -139,10 +141,13 @@ class TransformerBlock(nn.Module):
 
 @register_model
 class TransformerLM(PretrainedMixin, nn.Module):
-    """Decoder-only Transformer: token ids ``(B, T)`` int64 -> next-token logits ``(B, T, V)``.
+    """Decoder-only Transformer: ``input_ids`` ``(B, T)`` int64 -> a
+    :class:`~zoo.models.outputs.CausalLMOutput` whose ``logits`` ``(B, T, V)`` predict the next
+    token, with transformers' keywords (``attention_mask``, ``labels``, ``past_key_values``,
+    ``output_hidden_states``, ``return_dict``: :meth:`forward`).
 
-    ``forward(idx, cache)`` with a :class:`~zoo.attention.KVCache` (from :meth:`init_cache`) decodes
-    incrementally: ``idx`` then holds only the new positions, which start at ``cache.seq_len``.
+    ``forward(new_ids, past_key_values=cache)`` with a :class:`~zoo.attention.KVCache` (from
+    :meth:`init_cache`) decodes incrementally: ``new_ids`` start at ``cache.seq_len``.
 
     Raises:
         SequenceTooLongError (a ValueError): the sequence (cached + new positions) is longer than
@@ -151,6 +156,8 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
     model_type = "transformer_lm"
     config_class = TransformerConfig
+    # keywords of forward that go on to every layer's attention (a family's own)
+    attention_keywords: ClassVar[tuple[str, ...]] = ()
     # the registry-driven tests' size (tests/models/test_models.py); families add their own fields
     TINY: ClassVar[dict[str, Any]] = dict(
         d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=48, dropout=0.0, vocab_size=64
@@ -272,13 +279,122 @@ class TransformerLM(PretrainedMixin, nn.Module):
             x = x + pe.to(x.dtype)
         return self.emb_dropout(x)
 
-    def forward(self, idx: Tensor, cache: KVCache | None = None, **attention_kwargs) -> Tensor:
-        """``attention_kwargs`` reach every layer's attention (e.g. the Routing Transformer's
-        ``padding_mask``); the dense attention takes none."""
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        past_key_values: KVCache | None = None,
+        labels: Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        **attention_kwargs: Any,
+    ) -> CausalLMOutput | tuple:
+        """Next-token logits of ``input_ids`` ``(B, T)`` int64, with transformers' keywords.
+
+        Args:
+            attention_mask: ``(B, T)`` (or ``(B, S + T)`` with a cache), 1 at tokens, 0 at
+                padding on the left or right (:func:`~zoo.decoding.padding_spans`). A padded
+                row gives the logits it gives alone (rows run in groups of equal padding);
+                logits at padding are 0. With a cache the mask must be all ones: padded
+                batches decode through ``generate``.
+            past_key_values: a :class:`~zoo.attention.KVCache` (:meth:`init_cache`) to decode
+                incrementally: ``input_ids`` then hold only the new positions, which start at
+                ``past_key_values.seq_len``; the cache is updated in place.
+            labels: ``(B, T)`` int64, usually ``input_ids``; gives ``loss``
+                (:func:`~zoo.models.outputs.causal_lm_loss`: shifted inside, -100 ignored).
+            use_cache: ``True`` starts a cache when none is given (returned as
+                ``past_key_values``).
+            return_dict: ``False`` returns :meth:`CausalLMOutput.to_tuple` instead.
+            output_hidden_states: also return the ``n_layers + 1`` hidden states.
+            output_attentions: refused when True: the attention runs fused kernels and keeps
+                no weights (an encoder-decoder's ``attention_weights`` draws its maps).
+            attention_kwargs: reach every layer's attention, if the family names them in
+                ``attention_keywords`` (the Routing Transformer's ``padding_mask``).
+
+        Returns:
+            :class:`~zoo.models.outputs.CausalLMOutput` with ``logits`` ``(B, T, V)``.
+
+        Raises:
+            SequenceTooLongError: cached plus new positions exceed ``max_seq_len``.
+            ConfigError: a bad ``attention_mask`` or ``labels``, a mask with padding together
+                with a cache, a cache passed positionally (pass ``past_key_values=``),
+                ``output_attentions=True``, or a keyword the model does not take.
+        """
+        unknown = sorted(set(attention_kwargs) - set(self.attention_keywords))
+        if unknown or output_attentions:
+            raise ConfigError(
+                f"{type(self).__name__}.forward does not take "
+                f"{unknown or 'output_attentions=True (its attention keeps no weights)'}: it takes "
+                "input_ids, attention_mask, past_key_values, labels, use_cache, return_dict, "
+                f"output_hidden_states{''.join(', ' + k for k in self.attention_keywords)}"
+            )
+        if isinstance(attention_mask, KVCache):
+            raise ConfigError("the second argument of forward is attention_mask (transformers' "
+                              "order): pass the cache as past_key_values=cache")  # fmt: skip
+        cache = past_key_values
+        if cache is None and use_cache:
+            cache = self.init_cache(input_ids.shape[0])
+        spans = None
+        if attention_mask is not None:
+            start = cache.seq_len if cache is not None else 0
+            spans = padding_spans(attention_mask, (input_ids.shape[0], start + input_ids.shape[1]))
+            if cache is not None and spans is not None:
+                raise ConfigError(
+                    "a padded batch decodes through generate (model.generate, zoo.generate), "
+                    "which runs each group of equal padding with its own cache; forward with a "
+                    "cache takes rows without padding"
+                )
+        if spans is None:
+            hidden = self._hidden_states(input_ids, cache, output_hidden_states, **attention_kwargs)
+        else:
+            hidden = self._padded(input_ids, spans, output_hidden_states, **attention_kwargs)
+        logits = self.lm_head(hidden[-1])  # (B, T, V)
+        out = CausalLMOutput(
+            loss=causal_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            past_key_values=cache,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+        )
+        return out if return_dict else out.to_tuple()
+
+    def _hidden_states(
+        self, idx: Tensor, cache: KVCache | None, every: bool, **attention_kwargs: Any
+    ) -> list[Tensor]:
+        """The hidden states ``(B, T, C)`` of ``idx``: every layer's (embeddings first) or only
+        the last; the last after the final LayerNorm."""
         x = self.embed(idx, cache.seq_len if cache is not None else 0)  # (B, T, C)
+        states = [x] if every else []
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
-            x = block(x, cache[i] if cache is not None else None, **attention_kwargs)
-        return self.lm_head(self.norm_f(x))  # (B, T, V)
+            if recompute and cache is None:
+                x = self._gradient_checkpointing_func(block, x, None, **attention_kwargs)
+            else:
+                x = block(x, cache[i] if cache is not None else None, **attention_kwargs)
+            if every:
+                states.append(x)
+        x = self.norm_f(x)
+        return [*states[:-1], x] if every else [x]
+
+    def _padded(
+        self, idx: Tensor, spans: Tensor, every: bool, **attention_kwargs: Any
+    ) -> list[Tensor]:
+        """:meth:`_hidden_states` of a padded batch (``spans`` ``(B, 2)``: each row's tokens
+        ``[start, stop)``): rows with the same span run together without padding, so each row
+        gives what it gives alone, whatever the pattern (positions start at 0; a routing layer
+        sees the row's own length); padding positions get zeros."""
+        out: list[Tensor] | None = None
+        for start, stop in spans.unique(dim=0).tolist():
+            rows = ((spans[:, 0] == start) & (spans[:, 1] == stop)).nonzero()[:, 0]
+            states = self._hidden_states(idx[rows, start:stop], None, every, **attention_kwargs)
+            if out is None:
+                out = [s.new_zeros(idx.shape[0], idx.shape[1], s.shape[-1]) for s in states]
+            for o, s in zip(out, states, strict=True):
+                o[rows, start:stop] = s
+        assert out is not None
+        return out
 
 
 # --- presets -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from zoo.errors import CheckpointError, ConfigError
 from zoo.hub.download import sha256_file
 from zoo.hub.registry import load_registry
 from zoo.hub.schema import CheckpointEntry, Metric
-from zoo.hub.upload import checked_repo_id, upload_folder
+from zoo.hub.upload import HubCommit, checked_repo_id, upload_folder
 from zoo.publishing.export import PUBLISHED_FILES, export_run
 
 __all__ = ["checked_repo_id", "pin_revision", "push"]
@@ -29,19 +29,24 @@ def push(
     recipe: str | os.PathLike | None = None,
     metrics: list[Metric] | None = None,
     branch: str | None = None,
+    create_pr: bool = False,
     private: bool = False,
     token: str | None = None,
     commit_message: str | None = None,
-) -> str:
-    """Upload a published folder (or export a run first) to ``repo_id``; return the commit sha.
+) -> HubCommit:
+    """Upload a published folder (or export a run first) to ``repo_id``; return the commit sha
+    (a ``str``; for ``create_pr`` its ``pr_url`` and ``pr_revision`` name the pull request).
 
     ``source`` is a folder from :func:`export_run` (it must hold ``config.json`` and
     ``model.safetensors``), or a run / ``.ckpt`` with ``name``, ``recipe`` and ``metrics``. The
-    repo is created if needed; only :data:`PUBLISHED_FILES` are uploaded, in one commit.
+    repo is created if needed, and so is ``branch``; only :data:`PUBLISHED_FILES` are uploaded,
+    in one commit, or with ``create_pr`` as a pull request against ``main``
+    (:func:`zoo.hub.upload.upload_folder`).
 
     Raises:
-        ConfigError: ``repo_id`` is not a valid Hub repo id (:func:`checked_repo_id`), or
-            ``source`` is a run without ``name`` and ``recipe``; CheckpointError: the folder lacks
+        ConfigError: ``repo_id`` is not a valid Hub repo id (:func:`checked_repo_id`),
+            ``source`` is a run without ``name`` and ``recipe``, or ``create_pr`` with a
+            ``branch`` other than ``main``; CheckpointError: the folder lacks
             its config or weights; UnsafePathError: a file to upload is a symlink or not a
             regular file (named; nothing is sent); HubError: the Hub refused (no token, no
             rights, ...), with the server's message.
@@ -64,7 +69,8 @@ def push(
         raise CheckpointError(f"{folder} lacks {missing}: export it with `zoo export` first.")
     try:
         return upload_folder(
-            folder, repo_id, files=PUBLISHED_FILES, branch=branch, private=private, token=token,
+            folder, repo_id, files=PUBLISHED_FILES, branch=branch, create_pr=create_pr,
+            private=private, token=token,
             commit_message=commit_message or f"Upload {folder.name} with attention-zoo",
         )  # fmt: skip
     finally:
@@ -90,7 +96,7 @@ def pin_revision(folder: str | os.PathLike, repo_id: str, revision: str) -> Chec
         ):
             from dataclasses import replace
 
-            pinned = replace(entry, repo_id=repo_id, revision=revision)
+            pinned = replace(entry, repo_id=repo_id, revision=str(revision))  # a plain str
             registry.with_entry(pinned).save()
             return pinned
     raise ConfigError(

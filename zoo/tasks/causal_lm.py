@@ -74,7 +74,7 @@ def _init_from(source: str, overrides: dict[str, Any], model: str | None = None)
 
     ckpt = find_checkpoint(source)  # a run directory or .ckpt: a first stage of this recipe
     if ckpt is None:
-        pretrained = from_pretrained(source)
+        pretrained = from_pretrained(source, dtype=torch.float32)  # trains in fp32 (mixed)
     else:
         pretrained = CausalLM.load_from_checkpoint(ckpt, map_location="cpu").model
     if model is not None:  # the recipe names a model: it must be the checkpoint's
@@ -141,6 +141,9 @@ class CausalLM(CheckpointAsData, LightningModule):
         sampling: keyword arguments of :func:`zoo.generate` used by ``zoo predict``
             (``max_new_tokens`` (default 256), ``temperature``, ``top_k``, ``top_p``,
             ``truncate_prompt``), plus ``seed``.
+        gradient_checkpointing: recompute each block in the backward pass instead of keeping its
+            activations (``model.gradient_checkpointing_enable()``): less memory, same gradients,
+            about one more forward per step (docs/bench/gradient_checkpointing.md).
 
     Batches are ``(x, y)``: int64 ``(B, T)`` inputs and targets, ``-100`` marking unscored targets.
     """
@@ -161,6 +164,7 @@ class CausalLM(CheckpointAsData, LightningModule):
         min_lr_ratio: float = 0.1,
         sampling: dict[str, PlainValue] | None = None,
         init_from: str | None = None,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -174,6 +178,8 @@ class CausalLM(CheckpointAsData, LightningModule):
             self.model = create_model(model or "transformer_lm_small", **(model_config or {}))
         else:
             self.model = _init_from(init_from, model_config or {}, model)
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
         self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
@@ -182,12 +188,12 @@ class CausalLM(CheckpointAsData, LightningModule):
         checkpoint[MODEL_RECORD] = model_record(self.model)
 
     def forward(self, idx: Tensor) -> Tensor:
-        return self.model(idx)
+        return self.model(idx).logits
 
     def _nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """Summed NLL in nats (fp32) and the number of scored targets."""
         x, y = batch
-        logits = self.model(x)  # (B, T, V)
+        logits = self.model(x).logits  # (B, T, V)
         nll_sum = F.cross_entropy(
             logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
         )

@@ -59,6 +59,9 @@ class Translation(CheckpointAsData, LightningModule):
         betas, eps: Adam's (paper: (0.9, 0.98), 1e-9).
         beam_size, alpha, max_len_a, max_len_b: beam search at test time (paper: 4, 0.6, 1, 50).
         val_bleu: translate the validation set greedily and report BLEU at each validation.
+        gradient_checkpointing: recompute each encoder and decoder layer (LSTM: decoder step) in
+            the backward pass instead of keeping its activations
+            (``model.gradient_checkpointing_enable()``; docs/bench/gradient_checkpointing.md).
 
     Batches: ``(src (B, S), tgt_in (B, T), tgt_out (B, T))`` int64 from
     :class:`~zoo.data.TranslationDataModule`.
@@ -79,10 +82,13 @@ class Translation(CheckpointAsData, LightningModule):
         max_len_b: int = 50,
         val_bleu: bool = True,
         decoding: Literal["beam", "greedy"] = "beam",
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = create_model(model, **(model_config or {}))
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
         if not getattr(self.model, "is_encoder_decoder", False):
             raise ConfigError(
                 f"{model} is not an encoder-decoder model: use transformer_small, ..."
@@ -142,7 +148,7 @@ class Translation(CheckpointAsData, LightningModule):
         self, batch: tuple[Tensor, Tensor, Tensor], smoothing: float
     ) -> tuple[Tensor, Tensor]:
         src, tgt_in, tgt_out = batch
-        logits = self.model(src, tgt_in).flatten(0, 1).float()
+        logits = self.model(src, tgt_in).logits.flatten(0, 1).float()
         target = tgt_out.flatten()
         loss = F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=smoothing)
         return loss, (target != PAD_ID).sum()
