@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import safetensors
 import safetensors.torch
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from zoo.attention.recompute import CHECKPOINT_OPTIONS, checkpoint
 from zoo.config import ModelConfig
@@ -28,6 +28,7 @@ from zoo.files import (
     atomic_path,
     sha256_file,
 )
+from zoo.hf_generate import generate_like_transformers
 
 __all__ = [
     "CONFIG_METADATA_KEY",
@@ -310,33 +311,9 @@ class PretrainedMixin:
         assert isinstance(self, nn.Module)
         return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
-    def generate(
-        self,
-        input_ids: Tensor,
-        max_new_tokens: int | None = None,
-        *,
-        attention_mask: Tensor | None = None,
-        generation_config: Any = None,
-        streamer: Any = None,
-        seed: int | None = None,
-        progress: bool = False,
-        **settings: Any,
-    ) -> Tensor:
-        """Continue (a language model) or translate (an encoder-decoder) ``input_ids`` ``(B, T)``
-        int64 with transformers' keywords (``attention_mask``, ``do_sample``, ``temperature``,
-        ``top_k``, ``top_p``, ``max_length``, ``num_beams``, ``length_penalty``,
-        ``num_return_sequences``, ``repetition_penalty``, ``eos_token_id``, ``pad_token_id``,
-        ``suppress_tokens``, ``streamer``, ``generation_config``), so
-        ``model.generate(**tokenizer(texts, return_tensors="pt", padding=True))`` works. Returns
-        int64 ids; the rules, shapes and errors are
-        :func:`zoo.hf_generate.generate_like_transformers`'s."""
-        from zoo.hf_generate import generate_like_transformers
-
-        return generate_like_transformers(
-            self, input_ids, max_new_tokens, attention_mask=attention_mask,
-            generation_config=generation_config, streamer=streamer, seed=seed,
-            progress=progress, **settings,
-        )  # fmt: skip
+    # model.generate(input_ids, ...): continue or translate with transformers' keywords, so
+    # model.generate(**tokenizer(texts, return_tensors="pt", padding=True)) works
+    generate = generate_like_transformers
 
     def num_parameters(self) -> int:
         """Number of trainable parameters (tied weights counted once)."""

@@ -51,7 +51,7 @@ from zoo.attention.scores import ScoreName, build_score
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
-from zoo.models.outputs import Seq2SeqLMOutput, seq2seq_forward
+from zoo.models.outputs import seq2seq_forward
 from zoo.models.registry import register_model, register_preset
 
 __all__ = ["LSTMSeq2Seq", "LSTMSeq2SeqConfig", "RNNSeq2SeqCache"]
@@ -344,22 +344,8 @@ class LSTMSeq2Seq(PretrainedMixin, nn.Module):
         states = [self._step(emb[:, t], cache, recompute) for t in range(tgt.shape[1])]
         return self.lm_head(self.dropout(torch.stack(states, 1))).float()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        decoder_input_ids: Tensor | None = None,
-        *,
-        attention_mask: Tensor | None = None,
-        labels: Tensor | None = None,
-        return_dict: bool = True,
-    ) -> Seq2SeqLMOutput | tuple:
-        """Source ``input_ids`` ``(B, S)`` and ``decoder_input_ids`` ``(B, T)`` (or ``labels``) ->
-        :class:`~zoo.models.outputs.Seq2SeqLMOutput` with ``logits`` ``(B, T, V)``; the keywords
-        and errors of :func:`~zoo.models.outputs.seq2seq_forward`."""
-        return seq2seq_forward(
-            self, input_ids, decoder_input_ids, attention_mask=attention_mask, labels=labels,
-            return_dict=return_dict,
-        )  # fmt: skip
+    # (input_ids, decoder_input_ids | labels, attention_mask) -> Seq2SeqLMOutput: transformers' keywords
+    forward = seq2seq_forward
 
     @torch.no_grad()
     def attention_weights(self, src: Tensor, tgt: Tensor) -> Tensor:

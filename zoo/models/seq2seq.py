@@ -31,7 +31,7 @@ from zoo.attention.mappings import CONSTRAINED, MappingName
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
-from zoo.models.outputs import Seq2SeqLMOutput, seq2seq_forward
+from zoo.models.outputs import seq2seq_forward
 from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import FeedForward, sinusoidal_positions
 
@@ -292,22 +292,8 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
                 x = _decoder_layer(layer, x, memory, src_mask)
         return self.lm_head(self.decoder_norm(x))
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        decoder_input_ids: Tensor | None = None,
-        *,
-        attention_mask: Tensor | None = None,
-        labels: Tensor | None = None,
-        return_dict: bool = True,
-    ) -> Seq2SeqLMOutput | tuple:
-        """Source ``input_ids`` ``(B, S)`` and ``decoder_input_ids`` ``(B, T)`` (or ``labels``) ->
-        :class:`~zoo.models.outputs.Seq2SeqLMOutput` with ``logits`` ``(B, T, V)``; the keywords
-        and errors of :func:`~zoo.models.outputs.seq2seq_forward`."""
-        return seq2seq_forward(
-            self, input_ids, decoder_input_ids, attention_mask=attention_mask, labels=labels,
-            return_dict=return_dict,
-        )  # fmt: skip
+    # (input_ids, decoder_input_ids | labels, attention_mask) -> Seq2SeqLMOutput: transformers' keywords
+    forward = seq2seq_forward
 
     @torch.no_grad()
     def attention_weights(
