@@ -47,6 +47,13 @@ def test_help_imports_neither_lightning_nor_torch(command, tmp_path):
     assert [m for m in loaded if m in kept_out] == []
 
 
+def test_zoo_list_reads_the_registry_without_torch_or_lightning(tmp_path):
+    """`zoo list` (make run's first command) is the registry and its table: no model is built."""
+    code, loaded, out = probe("list", cwd=tmp_path)
+    assert code == 0 and "transformer_lm_small.pg19mini" in out
+    assert [m for m in loaded if m in KEPT_OUT] == []
+
+
 def test_the_probe_sees_torch_where_a_command_needs_it(tmp_path):
     """The probe above is not blind: `zoo models` counts parameters with torch."""
     code, loaded, out = probe("models", "transformer_lm_tiny", cwd=tmp_path)

@@ -25,10 +25,11 @@ import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 __all__ = ["checkpoint_name", "data_checksum", "device_name", "form_factor", "git_commit"]
 
@@ -70,6 +71,8 @@ def device_name(device: str | torch.device = "cpu") -> str:
     its form factor and power limit where ``nvidia-smi`` gives them (``"NVIDIA H200 (SXM,
     700 W)"``); else the CPU's model name and torch's thread count (``"AMD EPYC 9R14 (2
     threads)"``)."""
+    import torch  # here: zoo list reads this module without needing torch
+
     device = torch.device(device)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -107,6 +110,8 @@ def git_commit() -> str | None:
 
 
 def _chunks(split: Any) -> Iterable[bytes]:
+    import numpy as np
+
     if isinstance(split, np.ndarray):  # images (N, H, W, C)
         yield np.ascontiguousarray(split).tobytes()
     else:  # documents: a list of uint8 arrays or bytes

@@ -55,8 +55,8 @@ def _rendered(console: Console, renderable) -> str:
 
 def _whole(entry, split: str) -> str:
     """The task's metric measured on the whole ``split`` (``1.803 bits/byte``), or a dash; a † when
-    its data set has a caveat (:data:`zoo.publishing.cards.CAVEATS`)."""
-    from zoo.publishing.cards import CAVEATS
+    its data set has a caveat (:data:`zoo.hub.schema.CAVEATS`)."""
+    from zoo.hub.schema import CAVEATS
 
     m = entry.whole_split(split)
     if m is None:
@@ -106,7 +106,7 @@ def markdown_table(entries, show_retired: bool = False) -> str:
             f"{e.config.get('max_seq_len')} | {e.dataset} | {_whole(e, 'valid')} | "
             f"{_test_cell(e)} | {trained} | [{Path(e.recipe).name}]({e.recipe}) |"
         )
-    from zoo.publishing.cards import CAVEATS
+    from zoo.hub.schema import CAVEATS
 
     notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in rows}) if d in CAVEATS]
     if retired and show_retired:
@@ -159,7 +159,7 @@ def _list_record(e, registry) -> dict:
 
 def _wide_table(entries, records, title: str) -> Table:
     """Every column of ``zoo list``: name, attention, context, params, data, test, parent, weights."""
-    from zoo.publishing.cards import CAVEATS
+    from zoo.hub.schema import CAVEATS
 
     notes = [f"† {d}: {CAVEATS[d]}." for d in sorted({e.dataset for e in entries}) if d in CAVEATS]
     retired = [f"{e.name} (use {e.retired.use_instead})" for e in entries if e.retired is not None]
@@ -200,7 +200,7 @@ def _narrow_table(entries, title: str, short: bool = False) -> Table:
     """The columns that fit a narrow terminal: name, family, context, params and the test metric.
     The name never wraps; ``short`` spaces the columns by one character and abbreviates the units
     and the context's header (explained in the caption), so that the table fits 80 characters."""
-    from zoo.publishing.cards import CAVEATS
+    from zoo.hub.schema import CAVEATS
 
     caption = "ctx: context, bpb: bits per byte, bpd: bits per dim (sub-pixel). " if short else ""
     caption += "".join(f"† {CAVEATS[d].split(':')[0]}. " for d in sorted({e.dataset for e in entries})

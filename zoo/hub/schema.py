@@ -16,6 +16,7 @@ from typing import Any
 from zoo.files import contained_path
 
 __all__ = [
+    "CAVEATS",
     "FILE_PATTERN",
     "METRICS",
     "NAME_PATTERN",
@@ -429,3 +430,9 @@ class CheckpointEntry:
             "structure": self.structure,
             "config": self.config,
         }
+
+# said beside every figure measured on these data sets (model cards, zoo list)
+CAVEATS = {
+    "cifar10": "JPEG copy (quality ≈75) of CIFAR-10: its pixels differ slightly from the lossless "
+    "release, so these bits/dim are not exactly comparable with published figures",
+}

@@ -17,7 +17,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from zoo.hub.schema import TASKS, Metric
+from zoo.hub.schema import CAVEATS, TASKS, Metric
 from zoo.publishing.training import stage_source, training_windows
 
 __all__ = ["CAVEATS", "DATASETS", "TASK_CARDS", "TaskCard", "model_card", "structure_of", "task_of"]
@@ -32,10 +32,6 @@ DATASETS = {  # model card wording of the data sets a checkpoint can be trained 
     "papers), 10,000 test images; 32×32 RGB as 3,072 sub-pixels in raster order",
     "multi30k": "Multi30k task 1 (Flickr30k captions), German→English: 29,000 training pairs, "
     "val 1,014, test2016 1,000 (the `valid` and `test` splits of its metrics)",
-}
-CAVEATS = {  # said beside every figure measured on these data sets
-    "cifar10": "JPEG copy (quality ≈75) of CIFAR-10: its pixels differ slightly from the lossless "
-    "release, so these bits/dim are not exactly comparable with published figures",
 }
 
 
