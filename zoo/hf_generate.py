@@ -191,7 +191,7 @@ def _translate_ids(model, src, mask, streamer, s) -> Tensor:
             _refuse(name, value, "is not implemented for encoder-decoder models: decode with "
                     "beam search (num_beams > 1) or greedily (num_beams=1)")  # fmt: skip
     eos = s.get("eos_token_id")
-    if eos is not None and eos != EOS_ID and list(_flat(eos)) != [EOS_ID]:
+    if eos is not None and _flat(eos) != [EOS_ID]:
         _refuse("eos_token_id", eos, f"differs from the tokenizer's </s> ({EOS_ID})")
     pad_id = model.config.pad_id
     if mask is not None and (

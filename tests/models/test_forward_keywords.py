@@ -19,10 +19,8 @@ TRANSLATORS = ["transformer_tiny", "lstm_attention_tiny"]
 
 def tiny(name):
     torch.manual_seed(0)
-    model = zoo.create_model(name)
-    if name == "transformer_lm_small_rotary":
-        model = zoo.create_model(name, d_model=32, n_layers=2, n_heads=2, d_ff=64)
-    return model.eval()
+    small = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64) if name.endswith("_rotary") else {}
+    return zoo.create_model(name, **small).eval()
 
 
 def rows(model, lengths=(9, 5, 7)):
