@@ -23,7 +23,15 @@ import torch
 
 from zoo.lineage import device_name
 
-__all__ = ["growth", "machine", "measure", "parser", "time_and_peak", "write_report"]
+__all__ = [
+    "growth",
+    "machine",
+    "measure",
+    "measure_all",
+    "parser",
+    "time_and_peak",
+    "write_report",
+]
 
 REPO = Path(__file__).resolve().parents[1]  # where ``benchmarks`` imports from
 
@@ -51,6 +59,15 @@ def time_and_peak(step: Callable[[], float], repeats: int = 3) -> tuple[float, f
     times = sorted(step() for _ in range(repeats))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
     return 1e3 * times[len(times) // 2], peak / 1024
+
+
+def measure_all(module: str, ns: argparse.Namespace) -> list[dict]:
+    """:func:`measure` every ``(method, n)`` of ``ns.methods`` and ``ns.sizes`` (the options of
+    :func:`parser`), sizes outermost, with a progress bar."""
+    from rich.progress import track
+
+    jobs = [(m, n) for n in ns.sizes for m in ns.methods]
+    return [measure(module, m, n, ns.timeout) for m, n in track(jobs, description="measuring")]
 
 
 def measure(

@@ -3,6 +3,7 @@ at every distance; cut to its last 256 positions it gains nothing past them; the
 pass per trial and the repeat differs from it only at the first copy; the result is determined by
 the seed; bad input is a one-line error; files and the CLI."""
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -18,6 +19,7 @@ from zoo.errors import CheckpointError, ConfigError
 from zoo.models.outputs import CausalLMOutput
 from zoo.probes import (
     CopyProbe,
+    CopyProbes,
     copy_inputs,
     copy_probe,
     default_distances,
@@ -207,6 +209,7 @@ def test_cli_copy_probe_end_to_end(tiny, data_dir, tmp_path, monkeypatch, capsys
         (["--trials", "1"], "needs at least 2"),
         (["--text-file", "SHORT"], "holds 100 bytes, fewer than one window"),
         (["--by-position"], "not with --by-position"),
+        (["--span-kind", "letters", "emoji"], "unknown span kind 'emoji'"),
     ],
 )
 def test_cli_bad_input_is_a_one_line_error(tiny, tmp_path, capsys, extra, message):
@@ -221,12 +224,205 @@ def test_cli_bad_input_is_a_one_line_error(tiny, tmp_path, capsys, extra, messag
 
 
 def test_cli_probe_flags_need_probe_and_image_models_are_refused(tiny, tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["evaluate", tiny, "--span", "8"])
-    assert e.value.code == 2 and "go with --probe" in capsys.readouterr().err
+    for flags in (["--span", "8"], ["--span-kind", "digits"]):
+        with pytest.raises(SystemExit) as e:
+            main(["evaluate", tiny, *flags])
+        assert e.value.code == 2 and "go with --probe" in capsys.readouterr().err
     zoo.create_model("image_transformer_tiny").save_pretrained(tmp_path / "image")
     with pytest.raises(SystemExit) as e:
         main(["evaluate", str(tmp_path / "image"), "--probe", "copy"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("zoo evaluate: error: ") and err.count("\n") == 1
     assert "byte-level causal language models" in err
+
+
+# --- span kinds (issue 79): what the span is made of ----------------------------------------------
+ALPHABETS = {  # byte values each kind may draw, and how many distinct ones 4 x 32 bytes must show
+    "letters": (set(range(ord("a"), ord("z") + 1)), 20),
+    "uppercase": (set(range(ord("A"), ord("Z") + 1)), 20),
+    "digits": (set(range(ord("0"), ord("9") + 1)), 10),
+    "printable": (set(range(0x20, 0x7F)), 60),
+    "bytes": (set(range(1, 256)), 100),
+}
+
+
+def unique_words(n: int, prefix: str = "w") -> bytes:
+    """``n`` bytes of words that occur once each (``w00000 w00001 ...``): a span of 7 bytes or
+    more occurs once in them, so where it came from can be found."""
+    return b" ".join(f"{prefix}{i:05d}".encode() for i in range(n // 7 + 1))[:n]
+
+
+def controls(oracle: CopyOracle, kinds: int, trials: int, distances: int) -> list[list]:
+    """The control inputs the oracle saw, per kind: every trial's first row."""
+    per_kind = trials * (1 + distances)
+    rows = oracle.inputs
+    return [rows[k * per_kind : (k + 1) * per_kind : 1 + distances] for k in range(kinds)]
+
+
+def test_each_span_kind_draws_spans_of_its_alphabet_on_the_same_windows(salad):
+    kinds = [*ALPHABETS, "text"]
+    oracle = CopyOracle(max_seq_len=512)
+    p = copy_probe(oracle, text_file=salad, trials=4, distances=(64,), span_kind=kinds,
+                   progress=False)  # fmt: skip
+    assert isinstance(p, CopyProbes) and p.span_kinds == tuple(kinds)
+    assert [k.span_kind for k in p.probes] == kinds and len({k.windows for k in p.probes}) == 1
+    rows = controls(oracle, len(kinds), 4, 1)
+    q = 512 - 32
+    text = torch.tensor(list(salad.read_bytes()))
+    for kind, kind_rows in zip(kinds, rows, strict=True):
+        for (_, start), row in zip(p.windows, kind_rows, strict=True):
+            assert torch.equal(row[:q], text[start : start + q])  # the same window for every kind
+        spans = torch.stack([row[q:] for row in kind_rows])
+        seen = set(spans.flatten().tolist())
+        if kind == "text":  # the word salad's own bytes
+            assert seen <= set(salad.read_bytes())
+            assert all(bytes(s.tolist()) in salad.read_bytes() for s in spans)
+        else:
+            alphabet, at_least = ALPHABETS[kind]
+            assert seen <= alphabet and len(seen) >= at_least, kind
+    # a kind's spans do not depend on the other kinds measured with it
+    alone = copy_probe(CopyOracle(max_seq_len=512), text_file=salad, trials=4, distances=(64,),
+                       span_kind="digits", progress=False)  # fmt: skip
+    assert isinstance(alone, CopyProbe) and alone == p["digits"]
+
+
+def test_letters_are_drawn_as_before_the_kinds_existed(salad):
+    """Windows and spans of seed 0 as the probe drew them before span kinds (values from that
+    code), so the registered copy_gain metrics re-measure bit for bit."""
+    oracle = CopyOracle(max_seq_len=512)
+    p = copy_probe(oracle, text_file=salad, trials=5, distances=(64,), progress=False)
+    assert p.span_kind == "letters"
+    assert p.windows == ((0, 9772), (0, 7318), (0, 5872), (0, 3099), (0, 3536))
+    (spans,) = controls(oracle, 1, 5, 1)
+    assert bytes(spans[0][-32:].tolist()) == b"bbaevqxnpzsqooyhvrakwoatswecwaoc"
+    assert bytes(spans[4][-32:].tolist()) == b"ftybjqcnqtyklmyfmblyqjzpyalvtkmk"
+    again = copy_probe(CopyOracle(max_seq_len=512), text_file=salad, trials=5, distances=(64,),
+                       span_kind=["letters", "bytes"], progress=False)  # fmt: skip
+    assert again["letters"] == p
+
+
+def test_text_spans_come_from_far_outside_the_window_of_one_file(tmp_path):
+    path = tmp_path / "unique.txt"
+    path.write_bytes(unique_words(20_000))
+    data = path.read_bytes()
+    oracle = CopyOracle(max_seq_len=512)
+    p = copy_probe(oracle, text_file=path, trials=8, distances=(64,), span_kind="text",
+                   progress=False)  # fmt: skip
+    (rows,) = controls(oracle, 1, 8, 1)
+    for (_, begin), row in zip(p.windows, rows, strict=True):
+        span = bytes(row[-32:].tolist())
+        at = data.find(span)
+        assert at >= 0 and data.count(span) == 1
+        assert at + 32 <= begin - 512 or at >= begin + 1024  # a window away (there is room)
+        assert at == 0 or data[at - 1 : at] == b" "  # a word start
+    short = tmp_path / "short.txt"
+    short.write_bytes(unique_words(512 + 20))
+    with pytest.raises(ConfigError, match="a text span of 32 bytes from outside a window"):
+        copy_probe(CopyOracle(max_seq_len=512), text_file=short, trials=2, distances=(64,),
+                   span_kind="text", progress=False)  # fmt: skip
+
+
+def test_text_spans_come_from_another_document_of_the_split(tmp_path):
+    from zoo.data.byte_corpora import PG19MINI_TEST
+
+    (tmp_path / "pg19mini").mkdir()
+    for prefix, ebook in zip("abc", PG19MINI_TEST, strict=True):
+        (tmp_path / "pg19mini" / f"{ebook}.txt").write_bytes(unique_words(3000, prefix))
+    oracle = CopyOracle(max_seq_len=256)
+    p = copy_probe(oracle, data_dir=str(tmp_path), trials=12, distances=(64,), span_kind="text",
+                   progress=False)  # fmt: skip
+    (rows,) = controls(oracle, 1, 12, 1)
+    docs = set()
+    for row in rows:
+        window, span = bytes(row[:-32].tolist()), bytes(row[-32:].tolist())
+        doc = next(c for c in window if c in b"abc")  # the window's document
+        assert span[0] in b"abc" and span[0] != doc  # another's, from a word start
+        docs.add(doc)
+    assert len(docs) >= 2 and p.text == "pg19mini test"
+
+
+def test_several_kinds_side_by_side_in_the_files_the_table_and_the_plot(salad, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    from rich.console import Console
+
+    import zoo.drawing
+    from zoo.probes import copy_probe_rich_table, gain_metric
+
+    drawn = []
+    save = zoo.drawing._save
+    monkeypatch.setattr(
+        zoo.drawing, "_save", lambda fig, path: drawn.append(fig) or save(fig, path)
+    )
+    kinds = ("letters", "digits", "text")
+    p = copy_probe(CopyOracle(max_seq_len=256), text_file=salad, trials=3, span_kind=kinds,
+                   progress=False)  # fmt: skip
+    paths = save_copy_probe(p, tmp_path / "out")
+    assert load_copy_probe(tmp_path / "out") == p == CopyProbes.from_json(p.to_json())
+    table = paths[0].read_text()
+    assert (
+        "| distance d | letters repeat | letters gain | letters 95% interval | digits repeat |"
+        in table
+    )
+    d, t = p["digits"], p["text"]
+    assert f"| digits | random digits | 3.32 | {d.control:.4f} |" in table
+    assert "| text | natural text" in table and f"| — | {t.control:.4f} |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| 32 |"))
+    assert f"| {d.repeat[0]:.4f} | {d.gain[0]:+.4f} | [{d.gain_low[0]:+.4f}, " in row
+    assert row.count("|") == 2 + 3 * 3
+    (fig,) = drawn  # a line per kind in each panel
+    bits, gain = fig.axes
+    assert [c.get_label() for c in gain.containers] == list(kinds)
+    assert len(bits.get_lines()) == 2 * 3  # repeat and control per kind
+    console = Console(record=True, width=200)
+    console.print(copy_probe_rich_table(p))
+    out = console.export_text()
+    assert "span kinds letters, digits, text" in out and "control (no first copy): letters" in out
+    assert f"digits {d.control:.4f}" in out
+    assert p.command() == (f"zoo evaluate CopyOracle --probe copy --text-file {salad} --trials 3 "
+                           "--span-kind letters digits text")  # fmt: skip
+    # the registered copy_gain is the letters' alone (as if measured on a split)
+    split = {"text_file": None, "dataset": "pg19mini", "split": "test"}
+    on_split = CopyProbes(tuple(dataclasses.replace(k, **split) for k in p.probes))
+    assert gain_metric(on_split, 64) == gain_metric(on_split["letters"], 64)
+    assert gain_metric(on_split, 64).value == p["letters"].gain[1]
+    with pytest.raises(ConfigError, match="copy_gain is registered on spans of random lowercase"):
+        gain_metric(on_split["digits"], 64)
+
+
+def test_a_file_written_before_span_kinds_loads_as_letters(salad, tmp_path):
+    import json
+
+    p = copy_probe(CopyOracle(max_seq_len=256), text_file=salad, trials=2, progress=False)
+    old = json.loads(p.to_json())
+    del old["span_kind"]
+    (tmp_path / "copy_probe.json").write_text(json.dumps(old))
+    assert load_copy_probe(tmp_path) == p and load_copy_probe(tmp_path).span_kind == "letters"
+    assert "--span-kind" not in p.command()
+    u = copy_probe(CopyOracle(max_seq_len=256), text_file=salad, trials=2, span_kind="uppercase",
+                   progress=False)  # fmt: skip
+    assert u.command().endswith("--trials 2 --span-kind uppercase")
+    assert (
+        "a span of 32 random uppercase letters" in save_copy_probe(u, tmp_path / "u")[0].read_text()
+    )
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("emoji", "unknown span kind 'emoji': the kinds are letters, uppercase, digits, printable"),
+    ([], "span_kind: give at least one of letters"),
+])  # fmt: skip
+def test_an_unknown_span_kind_is_a_one_line_error(salad, kind, message):
+    with pytest.raises(ConfigError) as e:
+        copy_probe(CopyOracle(max_seq_len=256), text_file=salad, span_kind=kind, progress=False)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_several_span_kinds(tiny, data_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["evaluate", tiny, "--probe", "copy", "--trials", "2", "--span-kind", "letters",
+          "digits", "--name", "tiny", "--out-dir", "out"])  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert "span kinds letters, digits" in out and "wrote out/copy_probe.md" in out
+    p = load_copy_probe(tmp_path / "out")
+    assert isinstance(p, CopyProbes) and p.span_kinds == ("letters", "digits")
+    assert p.source == "tiny" and p.distances == (32, 64)
+    assert p.command() == "zoo evaluate tiny --probe copy --trials 2 --span-kind letters digits"

@@ -16,7 +16,14 @@ from typing import Any, ClassVar, Literal, Self
 
 from zoo.errors import ConfigError
 
-__all__ = ["ModelConfig", "available_memory", "check_memory", "require_positive", "suggest"]
+__all__ = [
+    "CheckedFields",
+    "ModelConfig",
+    "available_memory",
+    "check_memory",
+    "require_positive",
+    "suggest",
+]
 
 
 def suggest(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
@@ -88,7 +95,38 @@ def _describe(hint: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class CheckedFields:
+    """Base of frozen dataclasses whose field values are checked against their type hints on
+    construction (:func:`_checked`: a wrong type or a value outside a ``Literal`` is a
+    :class:`ConfigError`) and whose keys are exact (:meth:`from_dict`). Model configs and the
+    parameters of attention mechanisms (:mod:`zoo.attention.mechanisms`) both build on it."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            checked = _checked(f.name, hints[f.name], value)
+            if checked is not value:  # an int for a float, a JSON list for a tuple
+                object.__setattr__(self, f.name, checked)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def check_keys(cls, keys: Any) -> None:
+        """Raise :class:`ConfigError` if any of ``keys`` is not a field of this class."""
+        valid = cls.field_names()
+        unknown = [k for k in keys if k not in valid]
+        if unknown:
+            hints = "".join(suggest(k, valid) for k in unknown)
+            raise ConfigError(
+                f"unknown {cls.__name__} key(s) {unknown}.{hints} Valid keys: {', '.join(valid)}."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(CheckedFields):
     """Base of every model config. Subclasses add typed fields with commented defaults.
 
     ``Literal[...]`` fields are checked on construction (:class:`ConfigError` names the choices).
@@ -116,29 +154,6 @@ class ModelConfig:
         when no prediction depends on a later position, so the likelihood is strict). Families
         override it; the base says only what every config knows."""
         return {"pattern": "unknown", "context": getattr(self, "max_seq_len", None)}
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            checked = _checked(f.name, hints[f.name], value)
-            if checked is not value:  # an int for a float, a JSON list for a tuple
-                object.__setattr__(self, f.name, checked)
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def check_keys(cls, keys: Any) -> None:
-        """Raise :class:`ConfigError` if any of ``keys`` is not a field of this config."""
-        valid = cls.field_names()
-        unknown = [k for k in keys if k not in valid]
-        if unknown:
-            hints = "".join(suggest(k, valid) for k in unknown)
-            raise ConfigError(
-                f"unknown {cls.__name__} key(s) {unknown}.{hints} Valid keys: {', '.join(valid)}."
-            )
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Self:

@@ -28,7 +28,7 @@ from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from zoo.profiles import ContextProfile, CopyProbe, PositionProfile
+    from zoo.profiles import ContextProfile, CopyProbe, CopyProbes, PositionProfile
 
 __all__ = [
     "AttentionMap",
@@ -316,21 +316,47 @@ def _finish_bits_plot(fig, ax, path: str | os.PathLike, title: str, xlabel: str)
     return _save(fig, path)
 
 
-def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | None = None) -> Path:
+def plot_copy_probe(
+    probe: CopyProbe | CopyProbes, path: str | os.PathLike, *, label: str | None = None
+) -> Path:
     """A PNG of two panels against the distance (log-2 axis): the repeat's and the control's bits
-    per byte, and the gain with its 95% interval. Returns the path written."""
+    per byte, and the gain with its 95% interval; for several span kinds (a
+    :class:`~zoo.profiles.CopyProbes`) a line per kind in each, one colour per kind. Returns the
+    path written."""
     from matplotlib.ticker import FuncFormatter
 
     p = probe
+    several = hasattr(p, "probes")
     fig, (bits, gain) = _pyplot().subplots(1, 2, figsize=(10, 4.2))
-    bits.plot(p.distances, p.repeat, marker="o", label="repeat: first copy d bytes back")
-    bits.plot(p.distances, [p.control] * len(p.distances), linestyle="--",
-              label="control: no first copy")  # fmt: skip
+    for c, k in enumerate(p.probes if several else (p,)):
+        bits.plot(
+            k.distances,
+            k.repeat,
+            marker="o",
+            color=f"C{c}",
+            label=k.span_kind if several else "repeat: first copy d bytes back",
+        )
+        bits.plot(
+            k.distances,
+            [k.control] * len(k.distances),
+            linestyle="--",
+            color=f"C{c}",
+            label="_nolegend_" if several else "control: no first copy",
+        )
+        low = [g - lo for g, lo in zip(k.gain, k.gain_low, strict=True)]
+        high = [hi - g for g, hi in zip(k.gain, k.gain_high, strict=True)]
+        gain.errorbar(
+            k.distances,
+            k.gain,
+            yerr=[low, high],
+            marker="o",
+            capsize=3,
+            color=f"C{c}",
+            label=k.span_kind if several else "gain, 95% t-interval",
+        )
     bits.set_ylabel(f"bits per byte on the span's last {p.span - p.cue} bytes")
-    low = [g - lo for g, lo in zip(p.gain, p.gain_low, strict=True)]
-    high = [hi - g for g, hi in zip(p.gain, p.gain_high, strict=True)]
-    gain.errorbar(p.distances, p.gain, yerr=[low, high], marker="o", capsize=3,
-                  label="gain, 95% t-interval")  # fmt: skip
+    if several:
+        bits.set_title("solid: repeat (first copy d bytes back); dashed: control", fontsize=8)
     gain.axhline(0.0, color="grey", linewidth=0.8)
     gain.set_ylabel("retrieval gain: control − repeat (bits/byte)")
     for ax in (bits, gain):
@@ -338,10 +364,12 @@ def plot_copy_probe(probe: CopyProbe, path: str | os.PathLike, *, label: str | N
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
         ax.set_xlabel("distance d between the copies (bytes)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8 if not several or len(p.probes) < 4 else 7)
+    kinds = p.span_kinds if several else (() if p.span_kind == "letters" else (p.span_kind,))
     fig.suptitle(
         f"copy probe: {label or p.source} on {p.text}, {p.trials} windows of "
-        f"{p.max_seq_len:,} bytes, span {p.span}, cue {p.cue}",
+        f"{p.max_seq_len:,} bytes, span {p.span}, cue {p.cue}"
+        + (f", span kind{'s' if several else ''} {', '.join(kinds)}" if kinds else ""),
         fontsize=9,
     )
     fig.tight_layout()

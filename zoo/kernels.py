@@ -1,4 +1,4 @@
-"""zoo.kernels: the kernel layer (block-sparse and routing attention).
+"""zoo.kernels: the kernel layer (block-sparse, block-selection and routing attention).
 
 Each op has a spec and several implementations: ``op_ref``, the executable spec (dense fp64, for
 tests and small inputs); ``op_torch``, the PyTorch implementation that runs anywhere; a Triton
@@ -23,7 +23,9 @@ A call a backend does not take (say a block size of 8 on CUDA, or gradients thro
 CPU) runs the next verified backend, with a warning that names the reason. This package imports
 on machines without Triton or a GPU: the Triton and Flex modules are imported on first use.
 
-Modules: ``block_sparse`` / ``routing`` (spec, PyTorch implementation, the plan), ``segment`` (the
+Modules: ``block_sparse`` / ``routing`` (spec, PyTorch implementation, the plan), ``block_select``
+(attention to blocks chosen per query, MoBA's and NSA's: spec, a PyTorch path on any device and
+one through PyTorch's fused CPU kernel; no GPU kernel yet), ``segment`` (the
 fixed pattern, sliding windows and causal routing's sorted runs on a CPU), ``sdpa`` (short problems
 in the CPU's fastest precision), ``flex`` (the FlexAttention backend), ``triton_flash`` (shared
 tile steps), ``triton_block_sparse`` / ``triton_routing`` (kernels). The benchmarks live outside
@@ -57,6 +59,7 @@ __path__ = [  # the import system reads it: zoo.kernels.<module> resolves there
 ][:1]
 
 # the modules of the folder, once __path__ names it
+from zoo.kernels.block_select import block_select_attention, block_select_attention_ref  # noqa: E402
 from zoo.kernels.block_sparse import (  # noqa: E402
     BlockSparsePlan,
     MaskMod,
@@ -79,6 +82,8 @@ __all__ = [
     "block_sparse_attention",
     "block_sparse_attention_ref",
     "block_sparse_attention_torch",
+    "block_select_attention",
+    "block_select_attention_ref",
     "choose",
     "expand_layout",
     "routing_attention",

@@ -7,8 +7,9 @@ associative-recall tests (Olsson et al. 2022, "In-context Learning and Induction
 al. 2023, "Zoology", §3), on real text and without training:
 
 - a trial is a window of ``n = max_seq_len`` bytes of held-out text (a split of the model's data
-  set, or a file), drawn from the seed, and a span of ``m`` random lowercase ASCII letters
-  (uniform over ``a``-``z``, drawn from the seed);
+  set, or a file), drawn from the seed, and a span of ``m`` bytes of the span kind, drawn from the
+  seed: random lowercase letters (the default), uppercase letters, digits, printable ASCII, bytes
+  1-255, or natural text from elsewhere in the held-out text (:mod:`zoo.data.span_kinds`);
 - the span is written at the window's end, ``q = n - m``; for distance ``d`` the same span is also
   written at ``p = q - d`` (``d``: the distance between the starts of the two copies, so
   ``m <= d <= n - m``: the copies do not overlap and both lie in the window);
@@ -19,10 +20,12 @@ al. 2023, "Zoology", §3), on real text and without training:
 - the retrieval gain is ``control - repeat`` in bits per byte, with a two-sided 95% Student-t
   interval over the trials' paired gains (``mean ± t(0.975, trials - 1) · s / sqrt(trials)``).
 
-The windows and spans depend on the seed, the context and the span alone, not on the distances,
-so the gain at one distance is the same whichever other distances are measured with it. That is
-what the registry's ``copy_gain`` metric relies on (:func:`copy_gain`: one distance, re-measured
-by ``zoo evaluate NAME --registered``).
+The windows and spans depend on the seed, the context, the span and its kind alone, not on the
+distances nor on the other kinds measured, so the gain at one distance is the same whichever other
+distances or kinds are measured with it. That is what the registry's ``copy_gain`` metric relies
+on (:func:`copy_gain`: one distance of ``letters``, re-measured by ``zoo evaluate NAME
+--registered``). Several kinds in one run share the windows (:class:`CopyProbes`, side by side in
+the tables and the plot).
 
 A model that copies from its context scores the repeat near 0 bits; one that does not scores it as
 the control. The windows of one book may overlap, so read the interval as a lower bound on the
@@ -33,12 +36,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zoo.drawing import plot_copy_probe
 from zoo.errors import ConfigError
-from zoo.profiles import COPY_PROBE_FILES, CopyProbe, default_distances, load_copy_probe
+from zoo.profiles import (
+    COPY_PROBE_FILES,
+    CopyProbe,
+    CopyProbes,
+    default_distances,
+    load_copy_probe,
+)
 
 if TYPE_CHECKING:
     from zoo.hub.schema import Metric
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COPY_PROBE_FILES",
     "CopyProbe",
+    "CopyProbes",
     "copy_gain",
     "copy_inputs",
     "copy_probe",
@@ -146,53 +157,6 @@ def _byte_lm(model, name: str) -> int:
     return c.max_seq_len
 
 
-def _documents(n, dataset, split, text_file, data_dir) -> list[bytes]:
-    """The documents the windows come from: ``text_file``'s bytes, or ``split`` of ``dataset``."""
-    if text_file is not None:
-        path = Path(text_file)
-        if not path.is_file():
-            raise ConfigError(f"text file {text_file} does not exist")
-        data = path.read_bytes()
-        if len(data) < n:
-            raise ConfigError(
-                f"text file {text_file} holds {len(data):,} bytes, fewer than one window of the "
-                f"model's context ({n:,} bytes)"
-            )
-        return [data]
-    from zoo.data.byte_corpora import load_byte_corpus
-    from zoo.data.images import IMAGE_DATASETS
-    from zoo.data.translation import EVAL_SPLITS
-
-    if split not in ("valid", "test"):
-        raise ConfigError(f"split must be 'valid' or 'test', not {split!r}")
-    if dataset in IMAGE_DATASETS or dataset in EVAL_SPLITS:
-        raise ConfigError(
-            f"the copy probe plants spans in text; {dataset} is not a byte-level text data set "
-            "(give --text-file)"
-        )
-    docs = load_byte_corpus(dataset, data_dir=data_dir, splits=(split,))[split]
-    if not any(len(d) >= n for d in docs):
-        raise ConfigError(f"no document of {dataset} {split} holds a window of {n:,} bytes")
-    return docs
-
-
-def _draw(docs, n: int, span: int, trials: int, seed: int):
-    """``trials`` windows ``(trials, n)`` int64, uniform over every window of ``n`` bytes inside
-    one document, their ``(document, start)``, and spans ``(trials, span)`` of lowercase letters."""
-    import numpy as np
-    import torch
-
-    rng = np.random.default_rng(seed)
-    starts = np.array([max(len(d) - n + 1, 0) for d in docs])  # windows per document
-    picks = rng.integers(0, starts.sum(), trials)
-    doc = np.searchsorted(np.cumsum(starts), picks, side="right")
-    begin = picks - np.concatenate([[0], np.cumsum(starts)])[doc]
-    where = [(int(d), int(b)) for d, b in zip(doc, begin, strict=True)]
-    windows = torch.tensor(np.stack([np.frombuffer(docs[d], np.uint8, n, b) for d, b in where]))
-    spans = torch.from_numpy(rng.integers(ord("a"), ord("z") + 1, (trials, span)))
-    return windows.long(), tuple(where), spans.long()
-
-
 def copy_probe(
     source,
     *,
@@ -204,11 +168,12 @@ def copy_probe(
     trials: int = 32,
     distances: tuple[int, ...] | list[int] | None = None,
     seed: int = 0,
+    span_kind: str | Sequence[str] = "letters",
     batch_size: int | None = None,
     data_dir: str | None = None,
     device: str = "cpu",
     progress: bool = True,
-) -> CopyProbe:
+) -> CopyProbe | CopyProbes:
     """Run the copy probe (module docstring) on ``source``.
 
     Args:
@@ -221,30 +186,89 @@ def copy_probe(
         span, cue, trials, seed: ``m``, ``k``, the number of windows, the seed of the windows
             and spans.
         distances: default :func:`default_distances` (powers of two from 16 that fit).
+        span_kind: what the span is made of (:data:`SPAN_KINDS`): ``letters`` (the default),
+            ``uppercase``, ``digits``, ``printable``, ``bytes`` or ``text``; or several, measured
+            on the same windows.
         batch_size: windows per forward pass (default ``16,384 // max_seq_len``, at least 1).
         device: where the model runs.
 
     Returns:
-        A :class:`CopyProbe`, bits in bits per byte.
+        A :class:`CopyProbe` for one kind, a :class:`CopyProbes` (one per kind, in the order
+        given) for several; bits in bits per byte.
 
     Raises:
         ConfigError: fewer than 2 trials, a span under 1 byte or not shorter than the context, a
-            cue not shorter than the span, a distance under the span or past ``n - m``, a text
-            file shorter than one window, a data set that is not text, or a model that is not a
-            byte-level causal LM; CheckpointError / HubError: the model cannot be loaded;
+            cue not shorter than the span, a distance under the span or past ``n - m``, an
+            unknown span kind, a text file shorter than one window (or, for ``text`` spans, with
+            no room for one outside a window), a data set that is not text, or a model that is
+            not a byte-level causal LM; CheckpointError / HubError: the model cannot be loaded;
             DataNotFoundError: the data set is not found.
     """
+    from zoo.data.span_kinds import documents, draw_spans, draw_windows, span_kinds
+
+    kinds = span_kinds(span_kind)
+    _check_settings(span, cue, trials, distances)
+    model, name = _model(source)
+    n = _byte_lm(model, name)
+    distances = _distances(n, span, distances)
+    docs = documents(n, dataset, split, text_file, data_dir)
+    windows, where, rng = draw_windows(docs, n, trials, seed)
+    spans = {k: draw_spans(k, rng, docs, where, n, span, seed) for k in kinds}
+    model = model.float().to(device).eval()
+    shared = dict(
+        source=name,
+        dataset=None if text_file is not None else dataset,
+        split=None if text_file is not None else split,
+        text_file=None if text_file is None else str(text_file),
+        max_seq_len=n,
+        span=span,
+        cue=cue,
+        trials=trials,
+        seed=seed,
+        distances=distances,
+        windows=where,
+    )
+    probes = [_measured(model, windows, spans[k], k, batch_size, device, progress, **shared)
+              for k in kinds]  # fmt: skip
+    return probes[0] if len(probes) == 1 else CopyProbes(tuple(probes))
+
+
+def _measured(model, texts, spans, kind, batch_size, device, progress, **shared) -> CopyProbe:
+    """The :class:`CopyProbe` of spans ``spans`` of ``kind`` in the windows ``texts`` (the
+    ``shared`` fields: the settings): score them, then the paired gains and t-intervals."""
+    trials, distances = shared["trials"], shared["distances"]
+    control, repeat = _score(model, texts, spans, distances, shared["cue"], batch_size, device,
+                             progress, kind)  # fmt: skip
+    gains = control[None, :] - repeat  # (D, trials) paired
+    half = t_critical(trials - 1) * gains.std(1) / math.sqrt(trials)
+    return CopyProbe(
+        repeat=_rounded(repeat.mean(1)),
+        control=round(float(control.mean()), 5),
+        gain=_rounded(gains.mean(1)),
+        gain_low=_rounded(gains.mean(1) - half),
+        gain_high=_rounded(gains.mean(1) + half),
+        span_kind=kind,
+        trial_control=_rounded(control),
+        trial_repeat=tuple(_rounded(row) for row in repeat),
+        **shared,
+    )
+
+
+def _model(source):
+    """``(model, name)`` of ``source``: a module as it is, else loaded as a causal LM."""
     import torch
 
-    _check_settings(span, cue, trials, distances)
     if isinstance(source, torch.nn.Module):
-        model, name = source, type(source).__name__
-    else:
-        from zoo.loading import load_task
-        from zoo.tasks import CausalLM
+        return source, type(source).__name__
+    from zoo.loading import load_task
+    from zoo.tasks import CausalLM
 
-        model, name = load_task(source, CausalLM).model, str(source)
-    n = _byte_lm(model, name)
+    return load_task(source, CausalLM).model, str(source)
+
+
+def _distances(n: int, span: int, distances) -> tuple[int, ...]:
+    """The distances to measure, sorted (default :func:`default_distances`), checked against the
+    context ``n``."""
     if span >= n:
         raise ConfigError(f"span={span} does not fit the model's context of {n:,} bytes")
     distances = tuple(sorted(set(distances))) if distances else default_distances(n, span)
@@ -258,44 +282,28 @@ def copy_probe(
             f"distance {distances[-1]:,} is past the model's context of {n:,} bytes: the first "
             f"copy must start inside the window, d <= n - span = {n - span:,}"
         )
-    docs = _documents(n, dataset, split, text_file, data_dir)
-    windows, where, spans = _draw(docs, n, span, trials, seed)
-    model = model.float().to(device).eval()
-    control, repeat = _score(model, windows, spans, distances, cue, batch_size, device, progress)
-    gains = control[None, :] - repeat  # (D, trials) paired
-    half = t_critical(trials - 1) * gains.std(1) / math.sqrt(trials)
-    return CopyProbe(
-        source=name,
-        dataset=None if text_file is not None else dataset,
-        split=None if text_file is not None else split,
-        text_file=None if text_file is None else str(text_file),
-        max_seq_len=n,
-        span=span,
-        cue=cue,
-        trials=trials,
-        seed=seed,
-        distances=distances,
-        repeat=_rounded(repeat.mean(1)),
-        control=round(float(control.mean()), 5),
-        gain=_rounded(gains.mean(1)),
-        gain_low=_rounded(gains.mean(1) - half),
-        gain_high=_rounded(gains.mean(1) + half),
-        windows=where,
-        trial_control=_rounded(control),
-        trial_repeat=tuple(_rounded(row) for row in repeat),
-    )
+    return distances
 
 
-def gain_metric(probe: CopyProbe, distance: int, *, hardware: str | None = None,
+def gain_metric(probe: CopyProbe | CopyProbes, distance: int, *, hardware: str | None = None,
                 date: str | None = None) -> Metric:  # fmt: skip
     """The registry's ``copy_gain`` :class:`~zoo.hub.schema.Metric` of ``probe`` at
-    ``distance``: its gain in bits per byte, measured in fp32 on ``probe.trials`` windows.
+    ``distance``: its gain in bits per byte on spans of ``letters`` (of several kinds, that one),
+    measured in fp32 on ``probe.trials`` windows.
 
     Raises:
-        ConfigError: ``probe`` did not measure ``distance``, or was measured on a text file.
+        ConfigError: ``probe`` did not measure ``distance`` or ``letters``, or was measured on a
+            text file.
     """
     from zoo.hub.schema import Metric
 
+    if isinstance(probe, CopyProbes) and "letters" in probe.span_kinds:
+        probe = probe["letters"]
+    if getattr(probe, "span_kind", None) != "letters":
+        raise ConfigError(
+            "copy_gain is registered on spans of random lowercase letters (span kind letters); "
+            f"this probe measured {', '.join(getattr(probe, 'span_kinds', (probe.span_kind,)))}"
+        )
     if distance not in probe.distances or probe.text_file is not None:
         raise ConfigError(
             f"copy_gain at d = {distance} needs a probe of a data set's split that measured it "
@@ -325,19 +333,31 @@ def copy_gain(source, *, distance: int, device: str | None = None, **settings) -
 
     import torch
 
+    from zoo.data.span_kinds import span_kinds
     from zoo.lineage import device_name
 
+    if span_kinds(settings.get("span_kind", "letters")) != ("letters",):
+        raise ConfigError("copy_gain is registered on spans of random lowercase letters alone "
+                          f"(span kind letters), not {settings['span_kind']!r}")  # fmt: skip
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     probe = copy_probe(source, distances=(distance,), device=device, **settings)
     on = f"1 x {device_name(device)}" if device.startswith("cuda") else device_name("cpu")
     return gain_metric(probe, distance, hardware=on, date=datetime.date.today().isoformat())
 
 
+def _kinds() -> dict:
+    """:data:`zoo.data.span_kinds.SPAN_KINDS`, imported when used: ``zoo.data`` brings Lightning,
+    which reading or drawing a probe does not need."""
+    from zoo.data.span_kinds import SPAN_KINDS
+
+    return SPAN_KINDS
+
+
 def _rounded(values) -> tuple[float, ...]:
     return tuple(round(float(v), 5) for v in values)
 
 
-def _score(model, windows, spans, distances, cue, batch_size, device, progress):
+def _score(model, windows, spans, distances, cue, batch_size, device, progress, kind):
     """Bits per byte of every trial's control ``(trials,)`` and repeats ``(D, trials)``, float64:
     the mean NLL of targets ``q + cue .. n - 1``, from the logits at ``q + cue - 1 .. n - 2``."""
     import torch
@@ -350,7 +370,7 @@ def _score(model, windows, spans, distances, cue, batch_size, device, progress):
     per_pass = batch_size or max(1, 16_384 // n)
     bits = torch.zeros(len(distances) + 1, trials, dtype=torch.float64)  # row 0: control
     with torch.no_grad(), Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"copy probe ({trials} trials, {len(distances)} distances)",
+        task = bar.add_task(f"copy probe, {kind} ({trials} trials, {len(distances)} distances)",
                             total=len(jobs))  # fmt: skip
         for i in range(0, len(jobs), per_pass):
             batch = jobs[i : i + per_pass]
@@ -365,19 +385,35 @@ def _score(model, windows, spans, distances, cue, batch_size, device, progress):
     return bits[0], bits[1:]
 
 
-def _describe(p: CopyProbe) -> str:
+def _describe(p: CopyProbe | CopyProbes) -> str:
+    """What was measured, for the markdown table: one kind, or several side by side."""
+    several = isinstance(p, CopyProbes)
+    kind = None if several else _kinds()[p.span_kind]
+    what = f"{p.span} bytes of the kind" if several else f"{p.span} {kind.phrase}"
+    if several:
+        note = ("Chance: a uniform guess over the kind's alphabet, without copying (natural text "
+                "has none: a model that copies perfectly saves its whole control).")  # fmt: skip
+    elif kind.chance is None:
+        note = ("The span is natural text: the control is the model's own bits on it, all of "
+                "which a model that copies perfectly saves.")  # fmt: skip
+    else:
+        note = f"A uniform guess over the span's alphabet, without copying, scores {kind.chance:.2f} bits."
     return (
-        f"Zero-shot retrieval (copy probe): `{p.source}` on {p.trials} windows of {p.max_seq_len:,} "
-        f"bytes of {p.text} (seed {p.seed}). In each, a span of {p.span} random lowercase letters "
-        f"is written at the window's end and, for the repeat, also d bytes earlier (d: between the "
-        f"starts of the copies); the control has it only at the end. Bits per byte on the span's "
-        f"last {p.span - p.cue} bytes (after a {p.cue}-byte cue). Gain = control − repeat, with a "
-        f"95% Student-t interval over the {p.trials} trials' paired gains."
+        f"Zero-shot retrieval (copy probe){' by span kind' * several}: `{p.source}` on "
+        f"{p.trials} windows of {p.max_seq_len:,} bytes of {p.text} (seed {p.seed})"
+        f"{', the same windows for every kind' * several}. In each, a span of {what} is written "
+        "at the window's end and, for the repeat, also d bytes earlier (d: between the starts of "
+        f"the copies); the control has it only at the end. Bits per byte on the span's last "
+        f"{p.span - p.cue} bytes (after a {p.cue}-byte cue). Gain = control − repeat, with a 95% "
+        f"Student-t interval over the {p.trials} trials' paired gains. {note}"
     )
 
 
-def copy_probe_table(probe: CopyProbe) -> str:
-    """``probe`` as markdown: what was measured, then one row per distance."""
+def copy_probe_table(probe: CopyProbe | CopyProbes) -> str:
+    """``probe`` as markdown: what was measured, then one row per distance (for several kinds,
+    a table of the kinds and their controls, then a column group per kind)."""
+    if isinstance(probe, CopyProbes):
+        return _kinds_table(probe)
     p = probe
     lines = [
         _describe(p),
@@ -393,25 +429,62 @@ def copy_probe_table(probe: CopyProbe) -> str:
     return "\n".join(lines) + "\n"
 
 
-def copy_probe_rich_table(probe: CopyProbe):
-    """``probe`` as a :class:`rich.table.Table` for the terminal."""
+def _kinds_table(p: CopyProbes) -> str:
+    lines = [_describe(p), "", "| span kind | the span | chance bits/byte | control bits/byte |",
+             "|---|---|---|---|"]  # fmt: skip
+    for k in p.probes:
+        chance = _kinds()[k.span_kind].chance
+        lines.append(f"| {k.span_kind} | {_kinds()[k.span_kind].phrase} | "
+                     f"{'—' if chance is None else f'{chance:.2f}'} | {k.control:.4f} |")  # fmt: skip
+    head = "".join(f" {k} repeat | {k} gain | {k} 95% interval |" for k in p.span_kinds)
+    lines += ["", f"| distance d |{head}", "|---|" + "---|---|---|" * len(p.probes)]
+    for i, d in enumerate(p.distances):
+        cells = "".join(f" {k.repeat[i]:.4f} | {k.gain[i]:+.4f} | "
+                        f"[{k.gain_low[i]:+.4f}, {k.gain_high[i]:+.4f}] |"
+                        for k in p.probes)  # fmt: skip
+        lines.append(f"| {d:,} |{cells}")
+    return "\n".join(lines) + "\n"
+
+
+def copy_probe_rich_table(probe: CopyProbe | CopyProbes):
+    """``probe`` as a :class:`rich.table.Table` for the terminal (for several kinds, a column
+    per kind: the gain ± its 95% half-width; the controls and chance levels in the caption)."""
     from rich.table import Table
 
     p = probe
+    several = isinstance(p, CopyProbes)
+    what = f"span kinds {', '.join(p.span_kinds)}, " if several else (
+        "" if p.span_kind == "letters" else f"span kind {p.span_kind}, ")  # fmt: skip
     table = Table(
         title=f"{p.source}: copy probe on {p.text} ({p.trials} windows of {p.max_seq_len:,} bytes, "
-        f"span {p.span}, cue {p.cue}; bits per byte on the span's last {p.span - p.cue} bytes)"
+        f"{what}span {p.span}, cue {p.cue}; bits per byte on the span's last {p.span - p.cue} "
+        "bytes)"
     )
-    for col in ("distance d", "repeat", "control", "gain", "95% interval (t)"):
-        table.add_column(col, justify="right", no_wrap=True)
+    if not several:
+        for col in ("distance d", "repeat", "control", "gain", "95% interval (t)"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for i, d in enumerate(p.distances):
+            table.add_row(f"{d:,}", f"{p.repeat[i]:.4f}", f"{p.control:.4f}", f"{p.gain[i]:+.4f}",
+                          f"[{p.gain_low[i]:+.4f}, {p.gain_high[i]:+.4f}]")  # fmt: skip
+        return table
+    table.add_column("distance d", justify="right", no_wrap=True)
+    for k in p.span_kinds:  # one column per kind: the gain and its interval's half-width
+        table.add_column(f"{k}\ngain ± 95% (t)", justify="right")
     for i, d in enumerate(p.distances):
-        table.add_row(f"{d:,}", f"{p.repeat[i]:.4f}", f"{p.control:.4f}", f"{p.gain[i]:+.4f}",
-                      f"[{p.gain_low[i]:+.4f}, {p.gain_high[i]:+.4f}]")  # fmt: skip
+        table.add_row(f"{d:,}", *(f"{k.gain[i]:+.4f} ± {(k.gain_high[i] - k.gain_low[i]) / 2:.4f}"
+                                  for k in p.probes))  # fmt: skip
+    chances = [(k, _kinds()[k].chance) for k in p.span_kinds]
+    table.caption = (
+        "control (no first copy): "
+        + ", ".join(f"{k.span_kind} {k.control:.4f}" for k in p.probes)
+        + " bits/byte; chance (a uniform guess over the alphabet): "
+        + ", ".join(f"{k} {c:.2f}" for k, c in chances if c is not None)
+    )
     return table
 
 
 def save_copy_probe(
-    probe: CopyProbe, out_dir: str | os.PathLike, *, label: str | None = None
+    probe: CopyProbe | CopyProbes, out_dir: str | os.PathLike, *, label: str | None = None
 ) -> list[Path]:
     """Write ``copy_probe.md`` (:func:`copy_probe_table`), ``copy_probe.json`` and
     ``copy_probe.png`` (:func:`plot_copy_probe`) into ``out_dir``; return their paths."""

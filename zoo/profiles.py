@@ -1,7 +1,8 @@
 """The measured profiles of a model, as data: bits per byte by position in the window
 (:class:`PositionProfile`, ``zoo evaluate --by-position``), by context length
 (:class:`ContextProfile`, ``--by-context``) and the copy probe's retrieval by distance
-(:class:`CopyProbe`, ``--probe copy``), and their readers. Below the code that measures them
+(:class:`CopyProbe`, ``--probe copy``; :class:`CopyProbes` for several span kinds side by
+side), and their readers. Below the code that measures them
 (:mod:`zoo.evaluation`, :mod:`zoo.by_context`, :mod:`zoo.probes`) and the code that draws them
 (:mod:`zoo.drawing`).
 """
@@ -22,6 +23,7 @@ __all__ = [
     "COPY_PROBE_FILES",
     "ContextProfile",
     "CopyProbe",
+    "CopyProbes",
     "PositionProfile",
     "default_contexts",
     "default_distances",
@@ -207,7 +209,7 @@ def read_profile(path: str | os.PathLike, cls: type, file_name: str, flag: str):
 # --- the copy probe (zoo.probes measures it) ---
 COPY_PROBE_FILES = ("copy_probe.md", "copy_probe.json", "copy_probe.png")
 # the probe's settings when not given (CopyProbe.command leaves them out)
-DEFAULTS = {"split": "test", "span": 32, "cue": 8, "trials": 32, "seed": 0}
+DEFAULTS = {"split": "test", "span": 32, "cue": 8, "trials": 32, "seed": 0, "span_kind": "letters"}
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ class CopyProbe:
     ``[gain_low[i], gain_high[i]]`` its 95% Student-t interval over the trials' paired gains, all
     in bits per byte. ``trial_control[t]`` and ``trial_repeat[i][t]`` are trial ``t``'s values,
     for paired comparisons; ``windows[t]`` is where its window starts: ``(document, byte)`` of the
-    split's documents (document 0 for a text file).
+    split's documents (document 0 for a text file). ``span_kind`` is what the span is made of
+    (:data:`zoo.data.span_kinds.SPAN_KINDS`; files written before it existed are ``letters``).
     """
 
     source: str
@@ -228,7 +231,7 @@ class CopyProbe:
     split: str | None
     text_file: str | None
     max_seq_len: int  # n: the window, the model's context
-    span: int  # m: random lowercase letters
+    span: int  # m: bytes of the span_kind
     cue: int  # k: bytes of the second copy not scored
     trials: int
     seed: int
@@ -238,6 +241,7 @@ class CopyProbe:
     gain: tuple[float, ...]
     gain_low: tuple[float, ...]
     gain_high: tuple[float, ...]
+    span_kind: str = "letters"  # letters, uppercase, digits, printable, bytes or text
     windows: tuple[tuple[int, int], ...] = ()
     trial_control: tuple[float, ...] = ()
     trial_repeat: tuple[tuple[float, ...], ...] = ()
@@ -270,6 +274,10 @@ class CopyProbe:
         """The probe :meth:`to_json` wrote. Raises ValueError / TypeError if it is not one."""
         return cls(**json.loads(text))
 
+    def renamed(self, source: str) -> CopyProbe:
+        """The same probe, calling the model ``source``."""
+        return dataclasses.replace(self, source=source)
+
     def command(self, source: str | None = None) -> str:
         """The ``zoo evaluate`` command that measures this probe again for ``source`` (default
         :attr:`source`): the same windows, spans and distances."""
@@ -283,7 +291,84 @@ class CopyProbe:
                 args.append(f"--{key} {getattr(self, key)}")
         if self.distances != default_distances(self.max_seq_len, self.span):
             args.append("--distances " + " ".join(str(d) for d in self.distances))
+        if self.span_kind != DEFAULTS["span_kind"]:
+            args.append(f"--span-kind {self.span_kind}")
         return " ".join(args)
+
+
+# what every kind of a CopyProbes shares (the kinds differ only in their spans and bits)
+SHARED = ("source", "dataset", "split", "text_file", "max_seq_len", "span", "cue", "trials",
+          "seed", "distances", "windows")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CopyProbes:
+    """The copy probe on several span kinds, side by side (``--span-kind A B ...``): one
+    :class:`CopyProbe` per kind, ``probes``, in the order measured, all on the same windows with
+    the same settings (the attributes in :data:`SHARED` read as theirs), so the kinds' gains are
+    paired trial by trial. ``probe["text"]`` is one kind's.
+
+    Its JSON holds the shared ``source`` and ``span_kinds``, then ``kinds``: each kind's
+    :class:`CopyProbe` as its own JSON object.
+
+    Raises:
+        ValueError: no probe, a kind twice, or probes that differ in a shared setting.
+    """
+
+    probes: tuple[CopyProbe, ...]
+
+    def __post_init__(self) -> None:  # from JSON: dicts
+        probes = tuple(p if isinstance(p, CopyProbe) else CopyProbe(**p) for p in self.probes)
+        object.__setattr__(self, "probes", probes)
+        kinds = [p.span_kind for p in probes]
+        if not probes or len(set(kinds)) < len(kinds):
+            raise ValueError(f"CopyProbes needs distinct span kinds, got {kinds}")
+        for key in SHARED:
+            if len({repr(getattr(p, key)) for p in probes}) > 1:
+                raise ValueError(f"the kinds of a CopyProbes differ in {key}")
+
+    def __getattr__(self, name: str):
+        if name in SHARED:
+            return getattr(self.probes[0], name)
+        raise AttributeError(f"CopyProbes has no attribute {name!r}")
+
+    def __getitem__(self, kind: str) -> CopyProbe:
+        for p in self.probes:
+            if p.span_kind == kind:
+                return p
+        raise KeyError(f"no span kind {kind!r} in this probe (it has {list(self.span_kinds)})")
+
+    @property
+    def span_kinds(self) -> tuple[str, ...]:
+        return tuple(p.span_kind for p in self.probes)
+
+    @property
+    def text(self) -> str:
+        return self.probes[0].text
+
+    def renamed(self, source: str) -> CopyProbes:
+        """The same probes, calling the model ``source``."""
+        return CopyProbes(tuple(p.renamed(source) for p in self.probes))
+
+    def to_json(self) -> str:
+        """``source``, ``span_kinds`` and ``kinds`` (each kind's :meth:`CopyProbe.to_json`)."""
+        kinds = ",\n".join(
+            f"    {json.dumps(p.span_kind)}: " + p.to_json().strip().replace("\n", "\n    ")
+            for p in self.probes
+        )
+        return (f'{{\n  "source": {json.dumps(self.source, ensure_ascii=False)},\n'
+                f'  "span_kinds": {json.dumps(list(self.span_kinds))},\n'
+                f'  "kinds": {{\n{kinds}\n  }}\n}}\n')  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> CopyProbes:
+        """The probes :meth:`to_json` wrote. Raises ValueError / TypeError if they are not."""
+        return cls(tuple(json.loads(text)["kinds"].values()))
+
+    def command(self, source: str | None = None) -> str:
+        """The ``zoo evaluate`` command that measures these kinds again for ``source``."""
+        one = dataclasses.replace(self.probes[0], span_kind=DEFAULTS["span_kind"])
+        return one.command(source) + " --span-kind " + " ".join(self.span_kinds)
 
 
 def default_distances(n: int, span: int, smallest: int = 16) -> tuple[int, ...]:
@@ -297,8 +382,10 @@ def default_distances(n: int, span: int, smallest: int = 16) -> tuple[int, ...]:
     return tuple(out)
 
 
-def load_copy_probe(path: str | os.PathLike) -> CopyProbe:
-    """The probe :func:`save_copy_probe` wrote to ``path`` (``copy_probe.json`` or its folder).
+def load_copy_probe(path: str | os.PathLike) -> CopyProbe | CopyProbes:
+    """The probe :func:`save_copy_probe` wrote to ``path`` (``copy_probe.json`` or its folder):
+    a :class:`CopyProbe` (one span kind; every file written before there were kinds), or a
+    :class:`CopyProbes` (several, side by side).
 
     Raises:
         CheckpointError: the file does not exist, or is not a copy probe.
@@ -307,7 +394,11 @@ def load_copy_probe(path: str | os.PathLike) -> CopyProbe:
     if path.is_dir():
         path = path / COPY_PROBE_FILES[1]
     try:
-        return CopyProbe.from_json(path.read_text())
+        text = path.read_text()
+        data = json.loads(text)
+        return (CopyProbes if isinstance(data, dict) and "kinds" in data else CopyProbe).from_json(
+            text
+        )
     except FileNotFoundError:
         raise CheckpointError(
             f"{path} does not exist: measure it first (zoo evaluate SOURCE --probe copy)."

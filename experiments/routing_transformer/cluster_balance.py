@@ -109,8 +109,9 @@ def model_kmeans(model: nn.Module, **overrides) -> SphericalKMeans:
     layers = [m.kmeans for _, m in routing_layers(model)]
     centroids = torch.cat([km.centroids for km in layers])  # (heads, k, D)
     first = layers[0]
+    # centroid_init "random": keep the copied centroids (a "kmeans" module would refit them)
     settings = dict(ema_decay=first.ema_decay, normalize_centroids=first.normalize_centroids,
-                    revive_below=first.revive_below,
+                    centroid_init="random", revive_below=first.revive_below,
                     revive_split=first.revive_split) | overrides  # fmt: skip
     km = SphericalKMeans(*centroids.shape, **settings)
     km.centroids.copy_(centroids)

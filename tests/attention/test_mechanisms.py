@@ -32,7 +32,7 @@ def test_a_new_mechanism_is_one_registration(monkeypatch):
     monkeypatch.setattr(mech, "_MECHANISMS", dict(mech._MECHANISMS))  # leave the registry as it was
 
     @mech.register_attention("half_heads")
-    def half_heads(config, layer):
+    def half_heads(config, layer, params):
         return CausalSelfAttention(config.d_model, config.n_heads // 2, 0.0, config.bias)
 
     model = zoo.create_model("transformer_lm_tiny", attention="half_heads")
@@ -47,3 +47,16 @@ def test_unknown_or_misplaced_attention_is_a_clear_error():
         zoo.create_model("sparse_transformer_small", attention="sparsemax")
     with pytest.raises(ConfigError, match="builds its attention from its own fields"):
         zoo.create_model("routing_transformer_small", attention="sparsemax")
+
+
+def test_the_tests_tiny_models_shrink_a_mechanisms_blocks_and_keep_a_hybrids_last_layer():
+    from zoo.models import TransformerLM, get_preset
+
+    nsa = TransformerLM.tiny_config(get_preset("transformer_lm_small_nsa").config)
+    assert (nsa.attention["compress_block"], nsa.attention["window"]) == (4, 4)
+    assert nsa.attention["n_selected"] == 6 and nsa.attention["shared_kv"] is True  # kept
+    hybrid = get_preset("transformer_lm_small_moba").config.replace(
+        attention=[{"name": "moba", "block_size": 128}] * 3 + ["sparsemax"]
+    )
+    tiny = TransformerLM.tiny_config(hybrid)
+    assert tiny.attention == ({"name": "moba", "block_size": 4, "top_k": 3}, "sparsemax")

@@ -8,9 +8,15 @@ import torch.nn.functional as F
 
 from zoo.attention import RoutingSelfAttention, SphericalKMeans
 
+# the centroid options SphericalKMeans defaulted to before CentroidOptions: random unit vectors
+# kept, no revival; tests of the EMA update itself pass them
+EMA_ONLY = dict(centroid_init="random", revive_below=0.0, revive_split="farthest")
+
 
 def kmeans_with(centroids, ema_decay, normalize_centroids=False):
-    km = SphericalKMeans(1, centroids.shape[0], centroids.shape[1], ema_decay, normalize_centroids)
+    km = SphericalKMeans(
+        1, centroids.shape[0], centroids.shape[1], ema_decay, normalize_centroids, **EMA_ONLY
+    )
     km.centroids.copy_(centroids)
     return km
 
@@ -43,14 +49,14 @@ def test_update_ignores_padded_tokens_exactly():
     torch.manual_seed(0)
     x = torch.randn(2, 2, 6, 4)
     padding = torch.tensor([[False] * 6, [False, False, False, True, True, True]])
-    padded = SphericalKMeans(2, 3, 4)
+    padded = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     init = padded.centroids.clone()
     padded.update(x, padding_mask=padding)
-    unpadded = SphericalKMeans(2, 3, 4)
+    unpadded = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     unpadded.centroids.copy_(init)
     unpadded.update(torch.cat([x[0], x[1, :, :3]], 1)[None])  # the real tokens only
     torch.testing.assert_close(padded.centroids, unpadded.centroids)
-    moved = SphericalKMeans(2, 3, 4)
+    moved = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     moved.centroids.copy_(init)
     moved.update(x)  # padding included: a different result
     assert not torch.allclose(moved.centroids, padded.centroids)
@@ -63,7 +69,7 @@ def test_kmeans_recovers_planted_clusters(seed):
     torch.manual_seed(seed)
     D, n_planted = 16, 4
     directions = torch.linalg.qr(torch.randn(D, D))[0][:n_planted]  # orthonormal
-    km = SphericalKMeans(1, 8, D, ema_decay=0.9)
+    km = SphericalKMeans(1, 8, D, ema_decay=0.9, **EMA_ONLY)  # from random unit vectors
     for _ in range(60):
         labels = torch.randint(0, n_planted, (512,))
         x = F.layer_norm(directions[labels] + 0.15 * torch.randn(512, D), (D,))
@@ -140,7 +146,7 @@ def test_causal_routing_is_strictly_causal(shift_keys):
 def _ddp_worker(rank: int, world: int, store: str, x: torch.Tensor, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    km = SphericalKMeans(2, 3, 4)
+    km = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     km.update(x.chunk(world)[rank])
     torch.save(km.centroids, f"{out}.{rank}")
     dist.destroy_process_group()
@@ -155,12 +161,12 @@ def test_ddp_all_reduces_centroid_statistics(tmp_path):
     mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), x, out), nprocs=2)
     got = [torch.load(f"{out}.{r}") for r in range(2)]
     torch.manual_seed(0)
-    single = SphericalKMeans(2, 3, 4)
+    single = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     single.update(x)
     torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
     torch.testing.assert_close(got[0], single.centroids)
     torch.manual_seed(0)
-    alone = SphericalKMeans(2, 3, 4)
+    alone = SphericalKMeans(2, 3, 4, **EMA_ONLY)
     alone.update(x.chunk(2)[0])  # what rank 0 would keep without the all-reduce
     assert not torch.allclose(alone.centroids, got[0])
 
@@ -175,7 +181,7 @@ def test_relative_positions_reach_every_routing_mode(routing):
 def test_centroid_math_stays_fp32_under_autocast():
     torch.manual_seed(0)
     x = torch.randn(2, 2, 50, 8) * 3
-    plain, mixed = SphericalKMeans(2, 4, 8), SphericalKMeans(2, 4, 8)
+    plain, mixed = SphericalKMeans(2, 4, 8, **EMA_ONLY), SphericalKMeans(2, 4, 8, **EMA_ONLY)
     mixed.centroids.copy_(plain.centroids)
     plain.update(x)
     with torch.autocast("cpu", torch.bfloat16):
@@ -210,7 +216,7 @@ def test_kmeans_init_fits_the_first_batch_then_never_again():
     a centroid right away (random unit vectors in 16-d leave most of them with no members)."""
     both, both_labels = planted(8, 16, 4096)
     x, labels, later = both[:, :, :2048], both_labels[:2048], both[:, :, 2048:]
-    km = SphericalKMeans(1, 8, 16, ema_decay=0.999, centroid_init="kmeans")
+    km = SphericalKMeans(1, 8, 16, ema_decay=0.999, centroid_init="kmeans", revive_below=0.0)
     km.update(x)
     assigned = km.assign(x).flatten()
     assert km.occupancy.min() > 0.5  # 8 planted clusters of ~1/8 each, one centroid each
@@ -219,15 +225,15 @@ def test_kmeans_init_fits_the_first_batch_then_never_again():
     fitted = km.centroids.clone()
     km.update(later)  # later updates are EMA steps, not refits
     assert torch.allclose(km.centroids, fitted, atol=0.05)
-    random = SphericalKMeans(1, 8, 16, ema_decay=0.999, centroid_init="random")
+    random = SphericalKMeans(1, 8, 16, ema_decay=0.999, **EMA_ONLY)
     torch.manual_seed(0)
     random.update(x)
     assert random.occupancy.min() < 0.5
 
 
 def test_loaded_centroids_are_not_refitted():
-    trained = SphericalKMeans(1, 4, 8)
-    fresh = SphericalKMeans(1, 4, 8, centroid_init="kmeans")
+    trained = SphericalKMeans(1, 4, 8, **EMA_ONLY)
+    fresh = SphericalKMeans(1, 4, 8, centroid_init="kmeans", revive_below=0.0)
     assert fresh.needs_init
     fresh.load_state_dict(trained.state_dict())
     assert not fresh.needs_init
@@ -365,7 +371,7 @@ def test_revival_follows_the_rule_through_repeated_splits(seed, split):
 def test_revive_and_init_are_checked():
     with pytest.raises(ValueError, match="revive_below must be in"):
         SphericalKMeans(1, 4, 8, revive_below=1.5)
-    with pytest.raises(ValueError, match="revive_split must be 'farthest' or 'two_means'"):
+    with pytest.raises(ValueError, match=r"revive_split='bisect' is not one of \('farthest', "):
         SphericalKMeans(1, 4, 8, revive_split="bisect")
 
 
@@ -383,7 +389,9 @@ def test_a_two_means_split_divides_two_groups_that_the_farthest_member_does_not(
     x = F.normalize(groups, dim=-1)
     centroids = torch.stack([torch.eye(D)[0], -torch.eye(D)[0]])  # the second: nobody's nearest
     for split, revived_share in (("farthest", 1 / 1001), ("two_means", 0.5)):
-        km = SphericalKMeans(1, 2, D, ema_decay=0.9, revive_below=0.25, revive_split=split)
+        km = SphericalKMeans(
+            1, 2, D, ema_decay=0.9, centroid_init="random", revive_below=0.25, revive_split=split
+        )
         km.centroids.copy_(centroids)
         km.update(x)
         assert km.revived == 1
@@ -415,7 +423,7 @@ def test_init_and_revival_skip_padding_with_separate_keys():
     junk = 100 * torch.ones(1, 1, 64, 8)  # would become a centroid if it counted
     x = torch.cat([real, junk], 2)
     padding = torch.cat([torch.zeros(1, 64), torch.ones(1, 64)], 1).bool()
-    km = SphericalKMeans(1, 4, 8, centroid_init="kmeans", revive_below=0.5)
+    km = SphericalKMeans(1, 4, 8, centroid_init="kmeans", revive_below=0.5, revive_split="farthest")
     km.update(x, x.clone(), padding_mask=padding)
     junk_dir = F.normalize(junk[0, 0, 0], dim=-1)
     assert (km.centroids[0] @ junk_dir).max() < 0.99
@@ -439,7 +447,8 @@ def test_score_scale_multiplies_the_routed_scores(routing):
 
 def test_score_scale_leaves_clusters_and_centroid_updates_alone():
     x = torch.randn(2, 32, 32, generator=torch.Generator().manual_seed(2))
-    plain, sharp = layer(routing="causal"), layer(routing="causal", routing_score_scale=4.0)
+    plain = layer(routing="causal", **EMA_ONLY)  # EMA steps only: a loaded sharp is never refit
+    sharp = layer(routing="causal", routing_score_scale=4.0, **EMA_ONLY)
     sharp.load_state_dict(plain.state_dict())
     assert not torch.allclose(plain.eval()(x), sharp.eval()(x))  # the scale does act
     plain.train()(x)

@@ -309,3 +309,98 @@ def test_zoo_fit_trains_on_the_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fit", "--config", RECIPE, "--data.init_args.max_distance=2000"])
     assert e.value.code == 2 and "max_distance <= 1022" in capsys.readouterr().err
+
+
+# --- pg19_copies: the copying curriculum (issue 79) ------------------------------------------------
+COPIES = dict(task="pg19_copies", seq_len=1024, n_pairs=4, max_span=128, rate=0.5, n_eval=8,
+              batch_size=2)  # fmt: skip
+
+
+def window_start(x: np.ndarray, modified: np.ndarray, books: bytes) -> int | None:
+    """Where in ``books`` the window ``x`` was cut from, found by its longest run of unmodified
+    bytes (``None`` if that run is short or not unique)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[1], modified.astype(int), [1]])))
+    runs = edges.reshape(-1, 2)  # [start, end) of the unmodified runs
+    a, b = max(runs, key=lambda r: r[1] - r[0])
+    piece = x[a:b].astype(np.uint8).tobytes()
+    if b - a < 48 or books.count(piece) != 1:
+        return None
+    return books.find(piece) - a
+
+
+def test_pg19_copies_repeat_the_windows_text_at_the_drawn_distances_and_lengths(salad_books):
+    dm = LongRangeTaskDataModule(**COPIES, data_dir=str(salad_books))
+    dm.setup("fit")
+    books = np.concatenate(dm.splits["train"])
+    data = dm.examples("train")
+    examples = [data.example(i) for i in range(60)]
+    assert 15 < sum(len(e.first) > 0 for e in examples) < 45  # rate 0.5
+    kinds, lengths, checked = [], [], 0
+    for e in examples:
+        x = e.x.numpy()
+        assert (e.y != -100).all() and torch.equal(e.y[:-1], e.x[1:])  # every byte scored
+        assert len(e.first) == len(e.second) == len(e.length) == len(e.kind) <= 4
+        modified = np.zeros(1024, dtype=bool)
+        for p, q, n, kind in zip(e.first, e.second, e.length, e.kind, strict=True):
+            assert 8 <= n <= 128 and n <= q - p <= 1024 - n  # never overlapping its repeat
+            assert (x[p : p + n] == x[q : q + n]).all()  # a copy
+            if kind != "text":
+                assert np.isin(x[p : p + n], long_range_tasks.RANDOM_KINDS[kind]).all()
+                modified[p : p + n] = True
+            modified[q : q + n] = True
+            assert (e.scored[list(e.second).index(q)] == q + np.arange(4, 8) - 1).all()
+        starts = sorted((s, n) for p, q, n in zip(e.first, e.second, e.length, strict=True)
+                        for s in (p, q))  # fmt: skip
+        assert all(a + n <= b for (a, n), (b, _) in zip(starts[:-1], starts[1:], strict=True))
+        kinds += e.kind
+        lengths += e.length.tolist()
+        start = window_start(x, modified, books.tobytes())
+        if start is not None:  # the rest is the book's text as it was, the sources included
+            checked += 1
+            assert (x[~modified] == books[start : start + 1024][~modified]).all()
+    assert checked >= 40
+    assert set(kinds) <= {"text", "letters", "printable"}  # the probe's other kinds held out
+    assert 0.6 < kinds.count("text") / len(kinds) < 0.9  # random_share 0.25
+    assert min(lengths) < 12 and max(lengths) > 90  # log-uniform over 8..128: median near 32
+    assert 0.3 < np.mean(np.array(lengths) < 32) < 0.7
+    x, y = next(iter(dm.val_dataloader()))  # validation: pg19mini's own windows
+    assert x.shape == (2, 1024) and torch.equal(x[0, 1:], y[0, :-1])
+    d, right, total = task_hits(LongestMatchOracle(), dm, "valid")
+    assert len(d) == sum(len(dm.examples("valid").example(i).first) for i in range(8))
+    assert (total == 4).all() and right.sum() > 0.5 * total.sum()
+
+
+def test_pg19_copies_settings_distances_and_determinism(salad_books):
+    dm = LongRangeTaskDataModule(**{**COPIES, "min_distance": 300, "rate": 1.0, "min_span": 16,
+                                    "random_share": 1.0, "random_kinds": ["digits"]},
+                                 data_dir=str(salad_books))  # fmt: skip
+    data = dm.examples("train")
+    for e in map(data.example, range(20)):
+        assert len(e.first) >= 3 and set(e.kind) == {"digits"}
+        assert (e.distance >= np.maximum(300, e.length)).all() and (e.length >= 16).all()
+        assert e.scored.shape == (len(e.first), 8)  # 16 - a cue of min(8, 16 // 2)
+    again = LongRangeTaskDataModule(**COPIES, data_dir=str(salad_books))
+    other = LongRangeTaskDataModule(**COPIES, data_dir=str(salad_books), seed=1)
+    a, b, c = (m.examples("train").example(7) for m in (again, again, other))
+    assert torch.equal(a.x, b.x) and (a.first == b.first).all() and a.kind == b.kind
+    assert not torch.equal(a.x, c.x)
+    valid = [m.examples("valid").example(3).x for m in (again, other)]
+    assert torch.equal(*valid)  # the evaluation sets do not depend on the seed
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(max_span=4), "max_span=4 is below min_span=8"),
+        (dict(random_share=1.5), "random_share must be in [0, 1], got 1.5"),
+        (dict(random_kinds=["letters", "emoji"]), "random_kinds must be some of letters, "),
+        (dict(random_kinds=[]), "(none given, random_share > 0)"),
+        (dict(min_span=0), "min_span must be a positive integer"),
+        (dict(max_span=600), "a copy of max_span=600 bytes repeated at least 600 bytes later"),
+        (dict(max_distance=1000), "max_distance=1000 + the item's 256 bytes is past seq_len"),
+    ],
+)
+def test_pg19_copies_bad_settings_are_a_one_line_error(settings, message):
+    with pytest.raises(ConfigError) as e:
+        LongRangeTaskDataModule(**{"task": "pg19_copies", "seq_len": 1024, **settings})
+    assert message in str(e.value) and "\n" not in str(e.value)

@@ -147,6 +147,58 @@ def test_the_default_revival_bisects_and_saved_configs_keep_the_rule_they_traine
     assert RoutingTransformerConfig.from_dict(new.to_dict()) == new
 
 
+def test_the_centroid_defaults_come_from_one_place():
+    """The kernel, the layer and the model family take the five centroid options' defaults from
+    :class:`CentroidOptions`: built with defaults, each holds ``CentroidOptions()``."""
+    from zoo.attention import RoutingSpec, SphericalKMeans
+    from zoo.attention.kmeans import CENTROID_DEFAULTS, CentroidOptions
+
+    defaults = CentroidOptions()
+    assert defaults == CENTROID_DEFAULTS
+    assert (defaults.ema_decay, defaults.normalize_centroids, defaults.centroid_init) == (
+        0.999, True, "kmeans",
+    )  # fmt: skip
+    assert (defaults.revive_below, defaults.revive_split) == (0.5, "two_means")
+    spec = RoutingSpec(d_model=32, n_heads=4, n_local_heads=2, window=8, n_clusters=4)
+    built = [SphericalKMeans(2, 4, 8), spec, RoutingSelfAttention(spec).kmeans,
+             RoutingTransformerConfig(), model_with().blocks[-1].attention.kmeans]  # fmt: skip
+    for each in built:
+        assert CentroidOptions.of(each) == defaults, type(each).__name__
+    # saved configs without the keys still load with what they were trained with
+    assert RoutingTransformerConfig.saved_defaults == {
+        "centroid_init": "random", "revive_below": 0.0, "revive_split": "farthest",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (dict(ema_decay=1.0), r"^ema_decay must be in \[0, 1\), got 1.0$"),
+        (dict(ema_decay=-0.1), r"^ema_decay must be in \[0, 1\), got -0.1$"),
+        (dict(revive_below=1.5), r"^revive_below must be in \[0, 1\) \(0: never revive\), got 1.5$"),
+        (dict(centroid_init="zeros"), r"^centroid_init='zeros' is not one of \('kmeans', 'random'\)$"),
+        (dict(revive_split="bisect"), r"^revive_split='bisect' is not one of "),
+        (dict(normalize_centroids="yes"), r"^normalize_centroids='yes' must be true or false$"),
+    ],
+)  # fmt: skip
+def test_a_bad_centroid_option_is_one_config_error_line_wherever_it_is_given(bad, message):
+    """The options are checked in one place (CentroidOptions), so the kernel, the layer's spec
+    and the model config refuse a bad value with the same one-line ConfigError."""
+    from zoo.attention import RoutingSpec, SphericalKMeans
+    from zoo.attention.kmeans import CentroidOptions
+
+    spec = dict(d_model=32, n_heads=4, n_local_heads=2, window=8, n_clusters=4)
+    for build in (
+        lambda: CentroidOptions(**bad),
+        lambda: SphericalKMeans(2, 4, 8, **bad),
+        lambda: RoutingSpec(**spec, **bad),
+        lambda: RoutingTransformerConfig(**(SMALL | bad)),
+    ):
+        with pytest.raises(ConfigError, match=message) as error:
+            build()
+        assert "\n" not in str(error.value)
+
+
 def past_logit_shift(model, T=64):
     """Largest change of past log-probabilities when one later token changes, over a few t."""
     idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))

@@ -5,6 +5,7 @@ from zoo.attention.cache import KVCache, LayerKVCache
 from zoo.attention.dense import CausalSelfAttention, MultiHeadAttention
 from zoo.attention.functional import attend, local_attention, masked_attention
 from zoo.attention.kmeans import SphericalKMeans
+from zoo.attention.mechanisms.moba import moba_attention
 from zoo.attention.patterns import AttentionPattern, get_pattern
 from zoo.attention.relative import RelativePositions
 from zoo.attention.routing import RoutingSelfAttention, RoutingSpec
@@ -26,4 +27,5 @@ __all__ = [
     "get_pattern",
     "local_attention",
     "masked_attention",
+    "moba_attention",
 ]

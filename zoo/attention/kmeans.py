@@ -8,12 +8,18 @@ gradients. Each token goes to its argmax centroid and ``mu <- ema_decay mu + (1 
 ``torch.distributed`` the sums are all-reduced first, so every process keeps the same centroids.
 A centroid whose share of the tokens falls too low is revived (:meth:`SphericalKMeans.fit`).
 
+:class:`CentroidOptions` holds the five knobs of the centroids with their one default each:
+:class:`SphericalKMeans`, :class:`~zoo.attention.routing.RoutingSpec` and
+:class:`~zoo.models.routing_transformer.RoutingTransformerConfig` all read them from there, and
+check them through it.
+
 Shape legend: B batch, T positions, h routing heads, D d_head, k clusters.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Self
 
 import torch
 import torch.distributed as dist
@@ -21,8 +27,77 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.recompute import keep_for_recompute, recomputing
+from zoo.config import CheckedFields
+from zoo.errors import ConfigError
 
-__all__ = ["SphericalKMeans", "two_means", "unit_layer_norm"]
+__all__ = [
+    "CENTROID_DEFAULTS",
+    "CentroidInit",
+    "CentroidOptions",
+    "ReviveSplit",
+    "SphericalKMeans",
+    "two_means",
+    "unit_layer_norm",
+]
+
+CentroidInit = Literal["kmeans", "random"]
+ReviveSplit = Literal["farthest", "two_means"]
+
+
+@dataclass(frozen=True)
+class CentroidOptions(CheckedFields):
+    """How a routing head's centroids start and move: the online spherical k-means of Roy et al.
+    2020, §4.1 (Algorithm 1 lines 28-31), with the zoo's k-means init and revival around it.
+
+    The one place these knobs get their defaults (those of the Routing Transformer family) and
+    their checks: :class:`SphericalKMeans` takes its keyword defaults from
+    :data:`CENTROID_DEFAULTS`, and :class:`~zoo.attention.routing.RoutingSpec` and
+    :class:`~zoo.models.routing_transformer.RoutingTransformerConfig` their field defaults, under
+    the same names; each checks its values by building one (:meth:`of`). Init and revival change
+    training only; the routing itself is Algorithm 1's.
+
+    Raises:
+        ConfigError: a value of the wrong type or outside its choices (:class:`CheckedFields`),
+            ``ema_decay`` or ``revive_below`` outside ``[0, 1)``.
+    """
+
+    # EMA decay lambda of the centroid update mu <- lambda mu + (1 - lambda)/2 (sum q + sum k)
+    # (the paper's 0.999); in [0, 1)
+    ema_decay: float = 0.999
+    # renormalise each centroid to unit norm after an update (spherical k-means practice);
+    # False: Algorithm 1's update as written
+    normalize_centroids: bool = True
+    # kmeans: a fresh module's first training update fits the centroids to that batch (k-means++
+    # seeds, then Lloyd steps); random: keep the random unit vectors it was built with
+    centroid_init: CentroidInit = "kmeans"
+    # revive a centroid whose occupancy (share of the tokens x k; 1 = balanced) falls below this
+    # by splitting the largest cluster; in [0, 1), 0: never
+    revive_below: float = 0.5
+    # how revival splits the largest cluster: two_means bisects its members (:func:`two_means`);
+    # farthest moves halfway to its farthest member (docs/long_context.md §5s)
+    revive_split: ReviveSplit = "two_means"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # types and choices
+        for key in ("ema_decay", "revive_below"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                never = " (0: never revive)" if key == "revive_below" else ""
+                raise ConfigError(f"{key} must be in [0, 1){never}, got {getattr(self, key)}")
+
+    @classmethod
+    def of(cls, source: Any) -> Self:
+        """The options ``source`` holds under the same names (a
+        :class:`~zoo.attention.routing.RoutingSpec`, a model config, a :class:`SphericalKMeans`),
+        checked."""
+        return cls(**{name: getattr(source, name) for name in cls.field_names()})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The five options as keywords, e.g. for :class:`SphericalKMeans`."""
+        return asdict(self)
+
+
+# the defaults of every routing centroid: read these, never repeat the literals
+CENTROID_DEFAULTS = CentroidOptions()
 
 
 def unit_layer_norm(x: Tensor) -> Tensor:
@@ -39,30 +114,36 @@ class SphericalKMeans(nn.Module):
         n_heads: heads ``H`` with their own centroids.
         n_clusters: ``k``.
         d_head: ``D``.
-        ema_decay: EMA decay ``lambda`` (the paper's 0.999).
-        normalize_centroids: renormalise each centroid to unit norm after an update (common spherical
-            k-means practice, not in Algorithm 1). Without it the argmax assignment favours
+        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: the
+            :class:`CentroidOptions`, defaults :data:`CENTROID_DEFAULTS` (checked there). More on
+            each:
+
+            ``normalize_centroids``: not in Algorithm 1. Without it the argmax assignment favours
             centroids with large norms, i.e. clusters that were large before: on planted clusters
             (tests/attention/test_routing_layer.py) the literal update let 2-3 of 8 centroids
             take every point in 6 of 8 seeds; renormalised, 8 of 8 seeds recovered the clusters.
-        centroid_init: ``"kmeans"``: the first training update of a freshly built module first fits the
-            centroids to that batch (k-means++ seeding, then ``init_iters`` Lloyd steps of
-            spherical k-means on the normalised vectors); ``"random"``: keep the random unit
-            vectors. Loading a state dict counts as initialised (fine-tuning keeps its centroids).
-        revive_below: after each update, a centroid whose occupancy (its share of the tokens
-            times ``k``; 1 = balanced) is below this takes half of the largest cluster: the two
-            centroids move apart along the line to that cluster's farthest member (the usual
-            k-means rule for an empty cluster). Random unit vectors in ``D`` dimensions are
-            nobody's nearest centroid once the queries concentrate, and the EMA never moves a
-            centroid without members. 0: never.
-        revive_split: how revival splits the largest cluster. ``"farthest"``: as above, halfway
-            to its farthest member, each side then assumed to hold half of it. ``"two_means"``:
-            bisecting k-means on the cluster's members (:func:`two_means`: a split along their
-            principal axis, then ``split_iters`` Lloyd steps), each side then holding the share
-            it measured. A farthest member is often an outlier, so the first rule can revive a
-            centroid almost nobody is nearest to, which is then revived again
+
+            ``centroid_init="kmeans"``: k-means++ seeding, then ``init_iters`` Lloyd steps of
+            spherical k-means on the normalised vectors, at the first training update of a
+            freshly built module. Loading a state dict counts as initialised (fine-tuning keeps
+            its centroids).
+
+            ``revive_below``: random unit vectors in ``D`` dimensions are nobody's nearest
+            centroid once the queries concentrate, and the EMA never moves a centroid without
+            members; a centroid below this occupancy takes half of the largest cluster (the
+            usual k-means rule for an empty cluster).
+
+            ``revive_split``: ``"farthest"``: the two centroids move apart along the line to
+            that cluster's farthest member, each side then assumed to hold half of it.
+            ``"two_means"``: bisecting k-means on the cluster's members (:func:`two_means`: a
+            split along their principal axis, then ``split_iters`` Lloyd steps), each side then
+            holding the share it measured. A farthest member is often an outlier, so the first
+            rule can revive a centroid almost nobody is nearest to, which is then revived again
             (docs/long_context.md §5j and §5s replay both rules on a published model's routing
             queries).
+
+    Raises:
+        ConfigError: a bad centroid option (:class:`CentroidOptions`).
 
     Init and revival change training only; the routing itself is Algorithm 1's.
     """
@@ -72,32 +153,28 @@ class SphericalKMeans(nn.Module):
         n_heads: int,
         n_clusters: int,
         d_head: int,
-        ema_decay: float = 0.999,
-        normalize_centroids: bool = True,
-        centroid_init: Literal["kmeans", "random"] = "random",
-        revive_below: float = 0.0,
+        ema_decay: float = CENTROID_DEFAULTS.ema_decay,
+        normalize_centroids: bool = CENTROID_DEFAULTS.normalize_centroids,
+        *,
+        centroid_init: CentroidInit = CENTROID_DEFAULTS.centroid_init,
+        revive_below: float = CENTROID_DEFAULTS.revive_below,
         init_iters: int = 10,
-        revive_split: Literal["farthest", "two_means"] = "farthest",
+        revive_split: ReviveSplit = CENTROID_DEFAULTS.revive_split,
         split_iters: int = 3,
     ) -> None:
         super().__init__()
-        if not 0.0 <= ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {ema_decay}")
-        if not 0.0 <= revive_below < 1.0:
-            raise ValueError(f"revive_below must be in [0, 1), got {revive_below}")
-        if revive_split not in ("farthest", "two_means"):
-            raise ValueError(
-                f"revive_split must be 'farthest' or 'two_means', got {revive_split!r}"
-            )
-        self.ema_decay, self.normalize_centroids = ema_decay, normalize_centroids
-        self.centroid_init, self.revive_below = centroid_init, revive_below
-        self.init_iters = init_iters
-        self.revive_split, self.split_iters = revive_split, split_iters
+        options = CentroidOptions(
+            ema_decay, normalize_centroids, centroid_init, revive_below, revive_split
+        )  # checks them
+        self.ema_decay, self.normalize_centroids = options.ema_decay, options.normalize_centroids
+        self.centroid_init, self.revive_below = options.centroid_init, options.revive_below
+        self.revive_split = options.revive_split
+        self.init_iters, self.split_iters = init_iters, split_iters
         self.register_buffer(
             "centroids", F.normalize(torch.randn(n_heads, n_clusters, d_head), dim=-1)
         )
         self.occupancy: Tensor | None = None  # (H, k) share of the last update's tokens x k
-        self.needs_init = centroid_init == "kmeans"
+        self.needs_init = self.centroid_init == "kmeans"
         self.revived = 0  # centroids moved by revive_below over this module's life
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:

@@ -41,7 +41,14 @@ from torch import Tensor, nn
 
 from zoo.attention.cache import LayerKVCache
 from zoo.attention.functional import attend, masked_attention
-from zoo.attention.kmeans import SphericalKMeans, unit_layer_norm
+from zoo.attention.kmeans import (
+    CENTROID_DEFAULTS,
+    CentroidInit,
+    CentroidOptions,
+    ReviveSplit,
+    SphericalKMeans,
+    unit_layer_norm,
+)
 from zoo.attention.patterns import local
 from zoo.attention.recompute import recomputing
 from zoo.attention.relative import RelativePositions
@@ -123,8 +130,9 @@ class RoutingSpec:
         routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
         causal_window: in causal routing, the number of most recent cluster members attended to.
         shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
-        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: of
-            :class:`~zoo.attention.kmeans.SphericalKMeans`, under the same names.
+        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: the
+            centroids' :class:`~zoo.attention.kmeans.CentroidOptions`, with its defaults and
+            checks, handed to :class:`~zoo.attention.kmeans.SphericalKMeans` under the same names.
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
         routing_score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and
             keys (norm ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``,
@@ -151,7 +159,8 @@ class RoutingSpec:
             ``[0, n_heads]``, causal routing without ``shared_qk``, a ``routing_score_scale``
             that is not positive or comes with relative positions, ``routing_layer_norm=False``
             without causal routing, or ``shift_keys`` without causal routing or with relative
-            positions.
+            positions; a bad centroid option (a :class:`~zoo.errors.ConfigError`, from
+            :class:`~zoo.attention.kmeans.CentroidOptions`).
         TypeError: an unknown option (Python's own message names it).
     """
 
@@ -163,11 +172,11 @@ class RoutingSpec:
     routing: RoutingMode = "topw"
     causal_window: int = 64
     shared_qk: bool = True
-    ema_decay: float = 0.999
-    normalize_centroids: bool = True
-    centroid_init: Literal["kmeans", "random"] = "random"
-    revive_below: float = 0.0
-    revive_split: Literal["farthest", "two_means"] = "farthest"
+    ema_decay: float = CENTROID_DEFAULTS.ema_decay
+    normalize_centroids: bool = CENTROID_DEFAULTS.normalize_centroids
+    centroid_init: CentroidInit = CENTROID_DEFAULTS.centroid_init
+    revive_below: float = CENTROID_DEFAULTS.revive_below
+    revive_split: ReviveSplit = CENTROID_DEFAULTS.revive_split
     max_relative_position: int = 0
     routing_score_scale: float | None = None
     routing_layer_norm: bool = True
@@ -193,6 +202,12 @@ class RoutingSpec:
             raise ValueError(
                 f"routing_score_scale must be positive and without relative positions, got {scale}"
             )
+        CentroidOptions.of(self)  # checks the centroid options (ConfigError)
+
+    @property
+    def centroid_options(self) -> CentroidOptions:
+        """The centroids' options, checked (:class:`~zoo.attention.kmeans.CentroidOptions`)."""
+        return CentroidOptions.of(self)
 
 
 class RoutingSelfAttention(nn.Module):
@@ -235,14 +250,7 @@ class RoutingSelfAttention(nn.Module):
         self.out_proj = nn.Linear(spec.d_model, spec.d_model, bias=spec.bias)  # W^O
         self.kmeans = (
             SphericalKMeans(
-                self.n_routing,
-                spec.n_clusters,
-                self.d_head,
-                spec.ema_decay,
-                spec.normalize_centroids,
-                centroid_init=spec.centroid_init,
-                revive_below=spec.revive_below,
-                revive_split=spec.revive_split,
+                self.n_routing, spec.n_clusters, self.d_head, **spec.centroid_options.as_dict()
             )
             if self.n_routing
             else None

@@ -121,10 +121,11 @@ def _by_context_arguments(parser: argparse.ArgumentParser) -> None:
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     probe = parser.add_argument_group("zero-shot retrieval (docs/long_context.md)")
     probe.add_argument("--probe", choices=("copy",), help="copy: a span of random lowercase "
-                       "letters (uniform a-z, from --seed) at the end of a window of the model's "
-                       "context and again d bytes earlier; bits per byte on its second copy after "
-                       "the cue, against the same window without the first copy: copy_probe.md / "
-                       ".json / .png in --out-dir (default copy_probe/<SOURCE>)")  # fmt: skip
+                       "letters (uniform a-z, from --seed; or --span-kind) at the end of a window "
+                       "of the model's context and again d bytes earlier; bits per byte on its "
+                       "second copy after the cue, against the same window without the first "
+                       "copy: copy_probe.md / .json / .png in --out-dir (default "
+                       "copy_probe/<SOURCE>)")  # fmt: skip
     probe.add_argument("--text-file", metavar="FILE", help="text from this file (.gz read as "
                        "gzip) instead of the model's data set: with --probe its windows; without, "
                        "bits per byte on its --split (split 90/5/5 %% in order: test is the last "
@@ -136,6 +137,11 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
                        "copies' starts, span <= D <= context - span (default: powers of two "
                        "from 16 that fit)")  # fmt: skip
     probe.add_argument("--seed", type=int, help="seed of the windows and spans (default 0)")
+    probe.add_argument("--span-kind", nargs="+", metavar="KIND", help="what the span is made "
+                       "of: letters (random a-z, the default), uppercase, digits, printable "
+                       "(ASCII 0x20-0x7e), bytes (1-255) or text (natural text from another "
+                       "document, or far from the window); several are measured on the same "
+                       "windows and shown side by side")  # fmt: skip
 
 
 def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
@@ -143,7 +149,7 @@ def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Non
     if ns.metric and not ns.registered:
         parser.error("--metric goes with --registered")
     by_context = ns.by_context is not None
-    probe_flags = (ns.span, ns.cue, ns.trials, ns.distances, ns.seed)
+    probe_flags = (ns.span, ns.cue, ns.trials, ns.distances, ns.seed, ns.span_kind)
     if ns.probe and (ns.by_position or by_context or ns.registered or ns.out
                      or ns.precision != "32-true" or ns.windows is not None
                      or ns.first_bytes is not None or ns.context is not None
@@ -165,7 +171,7 @@ def _check_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Non
     if ns.line is not None and not ns.attention:
         parser.error("--line goes with --attention")
     if not ns.probe and any(v is not None for v in probe_flags):
-        parser.error("--span, --cue, --trials, --distances and --seed go with --probe")
+        parser.error("--span, --cue, --trials, --distances, --seed and --span-kind go with --probe")
     if ns.text_file and not ns.probe and (ns.dataset or ns.registered or ns.by_position
                                           or by_context):  # fmt: skip
         parser.error(
@@ -411,14 +417,14 @@ def _by_context(ns: argparse.Namespace) -> None:
 def _copy_probe(ns: argparse.Namespace) -> None:
     """``zoo evaluate SOURCE --probe copy``: measure (:func:`zoo.probes.copy_probe`), print the
     table, write the files (which call the model ``--name``, default SOURCE)."""
-    import dataclasses
 
     import torch
 
     from zoo.errors import ZooError
     from zoo.probes import copy_probe, copy_probe_rich_table, save_copy_probe
 
-    given = {k: getattr(ns, k) for k in ("span", "cue", "trials", "distances", "seed")}
+    given = {k: getattr(ns, k) for k in ("span", "cue", "trials", "distances", "seed",
+                                         "span_kind")}  # fmt: skip
     try:
         p = copy_probe(ns.source, dataset=ns.dataset, split=ns.split, text_file=ns.text_file,
                        batch_size=ns.batch_size, data_dir=ns.data_dir,
@@ -429,7 +435,7 @@ def _copy_probe(ns: argparse.Namespace) -> None:
         raise SystemExit(2) from None
     console().print(copy_probe_rich_table(p))
     out = ns.out_dir or str(Path("copy_probe") / _sanitised(ns.source))
-    paths = save_copy_probe(dataclasses.replace(p, source=ns.name) if ns.name else p, out)
+    paths = save_copy_probe(p.renamed(ns.name) if ns.name else p, out)
     print(f"wrote {', '.join(str(path) for path in paths)}")
 
 

@@ -1,11 +1,12 @@
 """Long-range tasks as a LightningDataModule, and their accuracy by distance.
 
-The tasks (``mqar``, ``copy``, ``pg19_repeats``) are defined in :mod:`zoo.data.long_range_tasks`:
-items written twice in a sequence, the bytes of the second occurrence after its key or cue scored,
-distances controlled. :class:`LongRangeTaskDataModule` feeds them to :class:`zoo.tasks.CausalLM`
-with ``zoo fit`` (a recipe's ``data:``, as in ``experiments/long_range/mqar_routing.yaml``);
-:func:`task_accuracy_by_distance` measures a trained model on them, by power-of-two distance
-bucket, without Lightning (docs/long_context.md §8 shows the call after ``zoo fit``).
+The tasks (``mqar``, ``copy``, ``pg19_repeats``, ``pg19_copies``) are defined in
+:mod:`zoo.data.long_range_tasks`: items written twice in a sequence, the bytes of the second
+occurrence after its key or cue scored, distances controlled. :class:`LongRangeTaskDataModule`
+feeds them to :class:`zoo.tasks.CausalLM` with ``zoo fit`` (a recipe's ``data:``, as in
+``experiments/long_range/mqar_routing.yaml``); :func:`task_accuracy_by_distance` measures a
+trained model on them, by power-of-two distance bucket, without Lightning (docs/long_context.md
+§8 shows the call after ``zoo fit``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 
-TASK_CORPUS: dict[str, str] = {"pg19_repeats": "pg19mini"}
+TASK_CORPUS: dict[str, str] = {"pg19_repeats": "pg19mini", "pg19_copies": "pg19mini"}
 """The byte corpus whose windows a task's examples are (the synthetic tasks have none)."""
 
 
@@ -64,32 +65,46 @@ class LongRangeTaskDataModule(LightningDataModule):
     ``(x, y)`` of int64 ``(batch_size, seq_len)``, ``-100`` on the targets not scored.
 
     Args:
-        task: ``mqar``, ``copy`` or ``pg19_repeats``.
+        task: ``mqar``, ``copy``, ``pg19_repeats`` or ``pg19_copies`` (the copying curriculum:
+            the window's own text, and some random spans, recurring later in the window).
         seq_len: bytes per sequence (1,024 to 8,192 in the recipes); ``None`` takes the model's
             ``max_seq_len`` at setup.
         n_pairs: items per sequence: key-value pairs (mqar), spans copied (copy), planted repeats
-            (pg19_repeats, in a window that gets any).
+            (pg19_repeats, in a window that gets any), copies (pg19_copies, likewise; a copy
+            that finds no free place is left out).
         key_len: mqar: uppercase letters per key (at most 8; keys are distinct in a sequence).
         value_len: mqar: digits per value.
         span: copy, pg19_repeats: bytes per span.
-        cue: copy, pg19_repeats: the second copy's first bytes, not scored.
-        min_distance: the shortest distance (bytes, start to start); ``None``: the item's width.
+        cue: copy, pg19_repeats: the second copy's first bytes, not scored (pg19_copies: by
+            :func:`task_accuracy_by_distance`, at most ``min_span // 2`` of them).
+        min_distance: the shortest distance (bytes, start to start); ``None``: the item's width
+            (pg19_copies: every copy's distance is at least its length).
         max_distance: the longest distance; ``None``: ``seq_len`` minus the item's width.
         distance_multiple: draw only distances that are multiples of this (1: every distance;
             the stride, for a strided pattern: docs/long_context.md §12).
         alphabet: ``letters`` (lowercase) or ``bytes``: the filler of mqar and copy, and the
             spans of copy and pg19_repeats.
-        rate: pg19_repeats: the probability that a training window gets repeats.
-        n_eval: examples in each of the validation and test sets (pg19_repeats: windows with
-            repeats for :func:`task_accuracy_by_distance`; its loaders are pg19mini's own).
+        rate: pg19_repeats, pg19_copies: the probability that a training window gets repeats
+            (copies).
+        min_span, max_span: pg19_copies: a copy's length in bytes, drawn log-uniformly in
+            between (default 8 and 256).
+        random_share: pg19_copies: the share of copies that are random spans written twice
+            rather than the window's own text (default 0.25).
+        random_kinds: pg19_copies: the kinds of those spans, one drawn uniformly per copy:
+            ``letters``, ``uppercase``, ``digits``, ``printable`` (0x20-0x7e) or ``bytes``
+            (1-255), as the copy probe names them (default letters and printable: the probe's
+            uppercase, digits, bytes and text are held out).
+        n_eval: examples in each of the validation and test sets (pg19_repeats, pg19_copies:
+            windows with repeats for :func:`task_accuracy_by_distance`; their loaders are
+            pg19mini's own).
         batch_size: training sequences per batch.
         eval_batch_size: sequences per evaluation batch (default: ``batch_size``).
         train_samples_per_epoch: training examples per epoch (each epoch draws new ones).
         num_workers: DataLoader worker processes.
         seed: seed of the training examples (the evaluation sets do not depend on it).
-        data_dir: pg19_repeats: the directory holding ``pg19mini/`` (see
+        data_dir: pg19_repeats, pg19_copies: the directory holding ``pg19mini/`` (see
             :class:`~zoo.data.ByteTextDataModule`).
-        download: pg19_repeats: fetch missing books.
+        download: pg19_repeats, pg19_copies: fetch missing books.
 
     Raises:
         ConfigError: an unknown task, or settings that cannot work (a distance past the sequence,
@@ -99,7 +114,7 @@ class LongRangeTaskDataModule(LightningDataModule):
 
     def __init__(
         self,
-        task: Literal["mqar", "copy", "pg19_repeats"] = "mqar",
+        task: Literal["mqar", "copy", "pg19_repeats", "pg19_copies"] = "mqar",
         seq_len: int | None = None,
         n_pairs: int = 4,
         key_len: int = 2,
@@ -111,6 +126,10 @@ class LongRangeTaskDataModule(LightningDataModule):
         distance_multiple: int = 1,
         alphabet: Literal["letters", "bytes"] = "letters",
         rate: float = 0.5,
+        min_span: int = 8,
+        max_span: int = 256,
+        random_share: float = 0.25,
+        random_kinds: Sequence[str] = ("letters", "printable"),
         n_eval: int = 256,
         batch_size: int = 16,
         eval_batch_size: int | None = None,
@@ -137,7 +156,7 @@ class LongRangeTaskDataModule(LightningDataModule):
         self.train_samples_per_epoch = train_samples_per_epoch
         self.num_workers, self.seed = num_workers, seed
         self.data_dir, self.download = data_dir, download
-        self.splits: dict[str, list[np.ndarray]] = {}  # pg19_repeats: the books of each split
+        self.splits: dict[str, list[np.ndarray]] = {}  # pg19 tasks: the books of each split
 
     @property
     def seq_len(self) -> int | None:
@@ -174,12 +193,12 @@ class LongRangeTaskDataModule(LightningDataModule):
         return self.spec
 
     def prepare_data(self) -> None:
-        if self.download and self.spec.task == "pg19_repeats":
+        if self.download and self.dataset is not None:
             load_byte_corpus(self.dataset, data_dir=self.data_dir, download=True)
 
     def setup(self, stage: str | None = None) -> None:
         self.resolve()
-        if self.spec.task == "pg19_repeats":
+        if self.dataset is not None:
             self._load(
                 {"fit": ("train", "valid"), "validate": ("valid",), "test": ("test",)}.get(
                     stage or "", ("train", "valid", "test")
@@ -197,15 +216,16 @@ class LongRangeTaskDataModule(LightningDataModule):
 
     def examples(self, split: Literal["train", "valid", "test"]) -> TaskExamples:
         """The examples of ``split``: the fixed ``n_eval`` of ``valid`` or ``test`` (for
-        pg19_repeats, windows of the split's books with repeats), or the training ones."""
+        pg19 tasks, windows of the split's books with repeats), or the training ones."""
         spec = self.resolve()
         text, rate = None, 1.0
-        if spec.task == "pg19_repeats":
+        if self.dataset is not None:
             self._load((split,))
             text = np.concatenate(self.splits[split])
             if len(text) <= spec.seq_len:
                 raise ConfigError(
-                    f"pg19mini {split} has {len(text)} bytes, not more than seq_len={spec.seq_len}"
+                    f"{self.dataset} {split} has {len(text)} bytes, not more than "
+                    f"seq_len={spec.seq_len}"
                 )
             rate = spec.rate if split == "train" else 1.0
         if split == "train":
@@ -228,7 +248,7 @@ class LongRangeTaskDataModule(LightningDataModule):
         return samples_done(self.trainer, n, self.batch_size)
 
     def _eval_loader(self, split: Literal["valid", "test"]) -> DataLoader:
-        if self.spec.task == "pg19_repeats":
+        if self.dataset is not None:
             self._load((split,))
             data = EvalWindows(self.splits[split], self.resolve().seq_len)
         else:

@@ -31,6 +31,25 @@ copy probe's convention, :mod:`zoo.probes`).
   ``val/bpb`` and ``test/bpb`` compare with every pg19mini recipe; retrieval is measured apart,
   by :func:`~zoo.data.long_range.task_accuracy_by_distance` on ``n_eval`` windows of the split
   with planted repeats.
+- ``task="pg19_copies"``: a copying curriculum, language modelling on windows of pg19mini's
+  training books in which, with probability ``rate``, ``n_pairs`` segments recur later in the
+  window the way names and phrases recur in books: each copy is ``L`` bytes long, ``L`` drawn
+  log-uniformly over ``[min_span, max_span]`` (8-256 by default), and written again ``d`` bytes
+  after its first occurrence, ``d`` drawn as below from ``[max(min_distance, L), max_distance]``
+  (default: from ``L``, the copies touching, to the farthest that fits). Most copies are the
+  window's own text: the ``L`` bytes at ``p`` overwrite those at ``p + d``. A share
+  ``random_share`` (0.25) are random spans of one of ``random_kinds`` (uniform per copy; default
+  ``letters`` and ``printable``, the kinds of :mod:`zoo.data.span_kinds`) written at both places.
+  Why: a curriculum that plants one format teaches that format (a model trained on
+  ``pg19_repeats``' random letters copies random letters far better than natural text repeated
+  as far back: docs/block_selection.md); copying text, of varied lengths, at varied distances,
+  is what a reader of books meets. Held out for the probe:
+  its ``uppercase``, ``digits`` and ``bytes`` kinds are not among the default ``random_kinds``,
+  and its ``text`` spans come from held-out text (pg19mini test, another book), never from these
+  training books. Every target is scored; validation and test are pg19mini's own, as for
+  ``pg19_repeats``, and :func:`~zoo.data.long_range.task_accuracy_by_distance` scores each copy's
+  ``min_span - c`` bytes after its first ``c = min(cue, min_span // 2)`` (the same count for
+  every length).
 
 Distances are drawn per item, log-uniformly over the integers in ``[min_distance, max_distance]``
 (``P(d) ∝ log(1 + 1/d)``: about as many items in each power-of-two bucket), and each item's first
@@ -61,6 +80,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from zoo.config import require_positive
+from zoo.data.span_kinds import SPAN_KINDS
 from zoo.data.windows import IGNORE_INDEX
 from zoo.errors import ConfigError
 
@@ -72,11 +92,17 @@ __all__ = [
     "place",
 ]
 
-LONG_RANGE_TASKS = ("mqar", "copy", "pg19_repeats")
+LONG_RANGE_TASKS = ("mqar", "copy", "pg19_repeats", "pg19_copies")
 KEYS = np.arange(ord("A"), ord("Z") + 1, dtype=np.uint8)  # mqar keys
 VALUES = np.arange(ord("0"), ord("9") + 1, dtype=np.uint8)  # mqar values
 LETTERS = np.arange(ord("a"), ord("z") + 1, dtype=np.uint8)
 BYTES = np.arange(256, dtype=np.uint8)
+# pg19_copies: the random spans' alphabets, the copy probe's span kinds but text
+RANDOM_KINDS = {
+    name: np.arange(kind.low, kind.high + 1, dtype=np.uint8)
+    for name, kind in SPAN_KINDS.items()
+    if kind.low is not None
+}
 MAX_KEY_LEN = 8  # 26**8 keys: drawn without replacement as one int64
 # the evaluation sets draw from (stream, i), the training examples from (0, seed, i)
 SPLIT_STREAM = {"valid": 1, "test": 2}
@@ -87,13 +113,17 @@ class TaskExample:
     """One sequence of a task: ``x``, ``y`` int64 ``(seq_len,)`` (``y`` = ``x`` shifted by one,
     ``-100`` where not scored), ``first`` and ``second`` int64 ``(n,)`` where each item's two
     occurrences start in ``x``, and ``scored`` int64 ``(n, m)``: the indices of ``y`` that hold
-    each item's ``m`` bytes after its key or cue (what :func:`task_accuracy_by_distance` checks)."""
+    each item's ``m`` bytes after its key or cue (what :func:`task_accuracy_by_distance` checks).
+    ``length`` int64 ``(n,)``: each item's bytes per occurrence; ``kind``: pg19_copies: what each
+    copy is (``text``, or a kind of :data:`RANDOM_KINDS`), ``()`` for the other tasks."""
 
     x: Tensor
     y: Tensor
     first: np.ndarray
     second: np.ndarray
     scored: np.ndarray
+    length: np.ndarray | None = None
+    kind: tuple[str, ...] = ()
 
     @property
     def distance(self) -> np.ndarray:  # (n,) bytes
@@ -118,15 +148,26 @@ class LongRangeTask:
     alphabet: str = "letters"  # filler and spans: lowercase letters, or bytes
     rate: float = 0.5  # pg19_repeats: probability that a training window gets repeats
     distance_multiple: int = 1  # distances are drawn among the multiples of this
+    min_span: int = 8  # pg19_copies: the shortest copy (bytes)
+    max_span: int = 256  # pg19_copies: the longest copy
+    random_share: float = 0.25  # pg19_copies: the share of copies that are random spans
+    random_kinds: tuple[str, ...] = ("letters", "printable")  # pg19_copies: their kinds
+
+    def __post_init__(self) -> None:  # from YAML: a list
+        object.__setattr__(self, "random_kinds", tuple(self.random_kinds))
 
     @property
     def width(self) -> int:
-        """Bytes per occurrence of an item."""
+        """Bytes per occurrence of an item (pg19_copies: of its longest)."""
+        if self.task == "pg19_copies":
+            return self.max_span
         return self.key_len + self.value_len if self.task == "mqar" else self.span
 
     @property
     def cue_width(self) -> int:
         """Bytes at the start of a second occurrence that are not scored (key or cue)."""
+        if self.task == "pg19_copies":
+            return min(self.cue, self.min_span // 2)
         return self.key_len if self.task == "mqar" else self.cue
 
     @property
@@ -149,6 +190,8 @@ class LongRangeTask:
         """The byte accuracy of a uniform guess over the scored bytes' alphabet."""
         if self.task == "mqar":
             return 1 / len(VALUES)
+        if self.task == "pg19_copies":  # mostly text: no alphabet, a guess over every byte
+            return 1 / len(BYTES)
         return 1 / len(LETTERS if self.alphabet == "letters" else BYTES)
 
     def filler(self) -> np.ndarray:
@@ -180,6 +223,8 @@ class LongRangeTask:
             min_distance=self.min_distance,
             max_distance=self.max_distance,
             distance_multiple=self.distance_multiple,
+            min_span=self.min_span,
+            max_span=self.max_span,
         )
         if self.task == "mqar" and self.key_len > MAX_KEY_LEN:
             raise ConfigError(f"{name}: key_len must be at most {MAX_KEY_LEN}, got {self.key_len}")
@@ -188,18 +233,38 @@ class LongRangeTask:
                 f"{name}: n_pairs={self.n_pairs} distinct keys of {self.key_len} "
                 f"letters do not exist (at most {26**self.key_len})"
             )
-        if self.task != "mqar" and self.cue >= self.span:
+        if self.task in ("copy", "pg19_repeats") and self.cue >= self.span:
             raise ConfigError(
                 f"{name}: cue={self.cue} leaves nothing of span={self.span} to score;"
                 " the cue must be shorter than the span"
             )
         if not 0.0 <= self.rate <= 1.0:
             raise ConfigError(f"{name}: rate must be in [0, 1], got {self.rate}")
-        if self.seq_len is None:
-            return self
+        if self.task == "pg19_copies":
+            self._check_copies(name)
+        return self if self.seq_len is None else self._check_fit(name)
+
+    def _check_copies(self, name: str) -> None:
+        """pg19_copies' own settings (not those that need ``seq_len``)."""
+        if self.max_span < self.min_span:
+            raise ConfigError(f"{name}: max_span={self.max_span} is below min_span={self.min_span}")
+        if not 0.0 <= self.random_share <= 1.0:
+            raise ConfigError(f"{name}: random_share must be in [0, 1], got {self.random_share}")
+        unknown = [k for k in self.random_kinds if k not in RANDOM_KINDS]
+        if unknown or (self.random_share > 0 and not self.random_kinds):
+            raise ConfigError(
+                f"{name}: random_kinds must be some of {', '.join(RANDOM_KINDS)}"
+                + (f", not {unknown[0]!r}" if unknown else " (none given, random_share > 0)")
+            )
+
+    def _check_fit(self, name: str) -> LongRangeTask:
+        """The checks that need ``seq_len``: the items fit at their distances."""
         T, w, n = self.seq_len, self.width, self.n_pairs
         lo, hi = self.distances
-        if lo < w:
+        copies = self.task == "pg19_copies"
+        if copies:  # the longest copy's shortest distance: copies never overlap their repeat
+            lo = max(lo, w)
+        elif lo < w:
             raise ConfigError(
                 f"{name}: min_distance={lo} is shorter than an item ({w} bytes): the "
                 f"two occurrences would overlap; give at least {w}"
@@ -209,19 +274,26 @@ class LongRangeTask:
                 f"{name}: max_distance={hi} + the item's {w} bytes is past "
                 f"seq_len={T}; give max_distance <= {T - w}"
             )
+        if hi < lo and copies:
+            within = f"before max_distance={hi}" if self.max_distance else f"in seq_len={T}"
+            raise ConfigError(
+                f"{name}: a copy of max_span={w} bytes repeated at least {lo} bytes later does "
+                f"not fit {within}; lower max_span (at most {T // 2} for seq_len={T}) or raise "
+                "seq_len"
+            )
         if hi < lo:
             raise ConfigError(f"{name}: max_distance={hi} is below min_distance={lo}")
         m = self.distance_multiple
-        lo, top = self.drawn_distances
-        if top < lo:
+        first, top = _multiples_within(lo, hi, m)
+        if top < first:
             raise ConfigError(
-                f"{name}: no multiple of distance_multiple={m} lies in [{self.distances[0]}, "
+                f"{name}: no multiple of distance_multiple={m} lies in [{lo}, "
                 f"{hi}]; widen the distances or lower distance_multiple"
             )
-        need = lo + w + 4 * (n - 1) * (2 * w - 1)  # the worst case of placing n - 1 items first
-        if T < need:
+        need = first * m + w + 4 * (n - 1) * (2 * w - 1)  # the worst case of placing n - 1 first
+        if T < need and not copies:  # pg19_copies leaves out a copy that no longer fits
             raise ConfigError(
-                f"{name}: n_pairs={n} items of {w} bytes at min_distance={lo} do not "
+                f"{name}: n_pairs={n} items of {w} bytes at min_distance={first * m} do not "
                 f"surely fit in seq_len={T} (that needs {need}); lower n_pairs or "
                 "raise seq_len"
             )
@@ -230,8 +302,10 @@ class LongRangeTask:
     def example(
         self, rng: np.random.Generator, text: np.ndarray | None = None, rate: float = 1.0
     ) -> TaskExample:
-        """A sequence drawn from ``rng``: for ``pg19_repeats`` a window of ``text`` (uint8), with
-        repeats planted at probability ``rate``."""
+        """A sequence drawn from ``rng``: for ``pg19_repeats`` and ``pg19_copies`` a window of
+        ``text`` (uint8), with repeats or copies planted at probability ``rate``."""
+        if self.task == "pg19_copies":
+            return self._copies(rng, text, rate)
         T, w, n = self.seq_len, self.width, self.n_pairs
         if self.task == "pg19_repeats":
             start = rng.integers(0, len(text) - T)
@@ -258,7 +332,39 @@ class LongRangeTask:
             keep = torch.zeros(T, dtype=torch.bool)
             keep[torch.from_numpy(scored.ravel())] = True
             y[~keep] = IGNORE_INDEX
-        return TaskExample(x, y, first, second, scored)
+        return TaskExample(x, y, first, second, scored, np.full(n, w, dtype=np.int64))
+
+    def _copies(self, rng: np.random.Generator, text: np.ndarray, rate: float) -> TaskExample:
+        """A ``pg19_copies`` sequence (module docstring): a window of ``text`` in which, at
+        probability ``rate``, ``n_pairs`` segments recur later, the longest placed first; a copy
+        with no free place left is left out."""
+        T = self.seq_len
+        start = rng.integers(0, len(text) - T)
+        chunk = text[start : start + T + 1].copy()  # (T + 1,)
+        n = self.n_pairs if rng.random() < rate else 0
+        lengths = sorted((_log_uniform(rng, self.min_span, self.max_span) for _ in range(n)),
+                         reverse=True)  # fmt: skip
+        busy = np.zeros(T, dtype=bool)
+        placed: list[tuple[int, int, int, str]] = []  # (first, second, length, kind)
+        for w in lengths:
+            lo = max(w, self.min_distance or w)
+            hi = self.max_distance or T - w
+            where = _place_one(rng, busy, w, lo, hi, self.distance_multiple)
+            if where is None:
+                continue
+            p, q = where
+            kind = "text"
+            if rng.random() < self.random_share:
+                kind = self.random_kinds[int(rng.integers(len(self.random_kinds)))]
+                chunk[p : p + w] = rng.choice(RANDOM_KINDS[kind], w)
+            chunk[q : q + w] = chunk[p : p + w]
+            placed.append((p, q, w, kind))
+        first, second, length = (np.array([c[i] for c in placed], dtype=np.int64) for i in range(3))
+        # the same count of bytes for every copy: its min_span - cue bytes after its cue
+        scored = second[:, None] + np.arange(self.cue_width, self.min_span) - 1  # (n, m)
+        chunk = torch.from_numpy(chunk.astype(np.int64))
+        return TaskExample(chunk[:-1], chunk[1:].clone(), first, second, scored, length,
+                           tuple(item[3] for item in placed))  # fmt: skip
 
 
 def place(
@@ -275,27 +381,40 @@ def place(
     ``[lo, hi]``, drawn as the module docstring says. Needs
     ``seq_len >= lo' + width + 4 (n - 1)(2 width - 1)``, ``lo'`` the first multiple from ``lo``
     (:meth:`LongRangeTask.check`): each placed item blocks at most ``4 (2 width - 1)`` starts."""
-    lo, hi = _multiples_within(lo, hi, multiple)  # in units of multiple
     busy = np.zeros(seq_len, dtype=bool)
     first, second = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for j in range(n):
-        taken = np.concatenate([[0], np.cumsum(busy)])
-        free = taken[width:] == taken[:-width]  # (seq_len - width + 1,) [p, p + width) is free
-        ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
-        for _ in range(8):  # usually a free place exists: the drawn distance stands
-            if ok[1].any():
-                break
-            ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
-        else:  # crowded: draw among the distances that have a free place (the same law)
-            lags = _pairs_per_lag(free)[multiple * lo : multiple * hi + 1 : multiple]
-            fits = np.flatnonzero(lags > 0.5) + lo
-            weights = np.log1p(1 / fits)
-            ok = _both_free(free, multiple * int(rng.choice(fits, p=weights / weights.sum())))
-        d, starts = ok[0], np.flatnonzero(ok[1])
-        p = int(rng.choice(starts))
-        first[j], second[j] = p, p + d
-        busy[p : p + width] = busy[p + d : p + d + width] = True
+        first[j], second[j] = _place_one(rng, busy, width, lo, hi, multiple)
     return first, second
+
+
+def _place_one(
+    rng: np.random.Generator, busy: np.ndarray, width: int, lo: int, hi: int, multiple: int
+) -> tuple[int, int] | None:
+    """Starts ``(first, second)`` of one item of ``width`` bytes written twice on free bytes of
+    ``busy`` (which it marks), drawn as :func:`place` says; ``None`` if no distance in
+    ``[lo, hi]`` leaves a free place (``busy`` unchanged)."""
+    lo, hi = _multiples_within(lo, hi, multiple)  # in units of multiple
+    if hi < lo or len(busy) < width:
+        return None
+    taken = np.concatenate([[0], np.cumsum(busy)])
+    free = taken[width:] == taken[:-width]  # (seq_len - width + 1,) [p, p + width) is free
+    ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
+    for _ in range(8):  # usually a free place exists: the drawn distance stands
+        if ok[1].any():
+            break
+        ok = _both_free(free, multiple * _log_uniform(rng, lo, hi))
+    else:  # crowded: draw among the distances that have a free place (the same law)
+        lags = _pairs_per_lag(free)[multiple * lo : multiple * hi + 1 : multiple]
+        fits = np.flatnonzero(lags > 0.5) + lo
+        if not len(fits):
+            return None
+        weights = np.log1p(1 / fits)
+        ok = _both_free(free, multiple * int(rng.choice(fits, p=weights / weights.sum())))
+    d, starts = ok[0], np.flatnonzero(ok[1])
+    p = int(rng.choice(starts))
+    busy[p : p + width] = busy[p + d : p + d + width] = True
+    return p, p + d
 
 
 def _multiples_within(lo: int, hi: int, multiple: int) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """Model families. Importing this package imports every family, which registers its classes and
 presets (:mod:`zoo.models.registry`)."""
 
+from zoo.models import long_context  # noqa: F401  (registers its presets)
 from zoo.models.image_transformer import ImageTransformerConfig, ImageTransformerLM
 from zoo.models.registry import create_model, get_preset, list_models
 from zoo.models.rnn_seq2seq import LSTMSeq2Seq, LSTMSeq2SeqConfig

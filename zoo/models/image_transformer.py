@@ -54,6 +54,7 @@ class ImageTransformerConfig(TransformerConfig):
     max_seq_len: int = 3072  # H * W * C
     image_shape: tuple[int, int, int] = (32, 32, 3)  # (H, W, C)
     attention: Literal["local_1d", "local_2d"] = "local_2d"
+    builds_own_attention: ClassVar[bool] = True  # its own local 1-D / 2-D attention
     query_block: int = 256  # local_1d: l_q positions per query block
     memory: int = 512  # local_1d: l_m positions before the block
     query_height: int = 4  # local_2d: query block rows
@@ -76,6 +77,9 @@ class ImageTransformerConfig(TransformerConfig):
         return {"pattern": self.attention, **params, "block_size": self.block_size,
                 "image_shape": list(self.image_shape), "context": self.max_seq_len,
                 "position": self.position, "causal": True}  # fmt: skip
+
+    def _check_attention(self) -> None:
+        pass  # ``attention`` is this family's own Literal field, checked with the others
 
     def __post_init__(self) -> None:
         if isinstance(self.image_shape, list):  # from JSON / YAML

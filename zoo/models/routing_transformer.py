@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import RoutingSelfAttention
+from zoo.attention.kmeans import CENTROID_DEFAULTS, CentroidInit, CentroidOptions, ReviveSplit
 from zoo.attention.routing import RoutingMode, RoutingSpec
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
@@ -47,13 +48,14 @@ class RoutingTransformerConfig(TransformerConfig):
     routing: RoutingMode = "topw"  # topw (Algorithm 1) | causal | random (the ablation)
     causal_window: int | None = None  # causal routing: recent members attended; None = T_max / k
     shared_qk: bool = True  # keys = queries in routing heads (Algorithm 1, causal models)
-    ema_decay: float = 0.999  # centroid EMA decay lambda
-    normalize_centroids: bool = True  # unit centroids after each update (False: Algorithm 1 as is)
-    centroid_init: Literal["kmeans", "random"] = "kmeans"  # kmeans: fit to the first batch
-    # revive a centroid with occupancy < revive_below by splitting the largest cluster: two_means
-    # bisects it (kmeans.py); earlier models used 0.25 and farthest (docs/long_context.md §5s)
-    revive_below: float = 0.5
-    revive_split: Literal["farthest", "two_means"] = "two_means"
+    # the centroids' options: defaults and checks in CentroidOptions (zoo/attention/kmeans.py),
+    # which says what each does; since 2026-11-27 revival bisects below half a share (earlier
+    # models: 0.25 and farthest, docs/long_context.md §5s)
+    ema_decay: float = CENTROID_DEFAULTS.ema_decay
+    normalize_centroids: bool = CENTROID_DEFAULTS.normalize_centroids
+    centroid_init: CentroidInit = CENTROID_DEFAULTS.centroid_init
+    revive_below: float = CENTROID_DEFAULTS.revive_below
+    revive_split: ReviveSplit = CENTROID_DEFAULTS.revive_split
     max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
     # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
     routing_score_scale: float | None = None
@@ -115,8 +117,7 @@ class RoutingTransformerConfig(TransformerConfig):
             raise ConfigError("routing='causal' needs shared_qk=True (one cluster per token)")
         if self.max_relative_position < 0:
             raise ConfigError("max_relative_position must be >= 0 (0 turns it off)")
-        if not 0 <= self.revive_below < 1:
-            raise ConfigError(f"revive_below must be in [0, 1) (0: never), got {self.revive_below}")
+        CentroidOptions.of(self)  # checks the centroid options
         if self.routing_score_scale is not None and self.routing_score_scale <= 0:
             raise ConfigError(
                 f"routing_score_scale must be positive (or null for 1/sqrt(d_head)), "
@@ -131,9 +132,7 @@ class RoutingTransformerConfig(TransformerConfig):
                 "routing_layer_norm=false is an ablation of causal routing: set routing='causal'"
             )
         if self.shift_keys and (self.routing != "causal" or self.max_relative_position):
-            raise ConfigError(
-                "shift_keys=true needs routing='causal' and max_relative_position 0"
-            )
+            raise ConfigError("shift_keys=true needs routing='causal' and max_relative_position 0")
 
     @property
     def routing_window(self) -> int:
@@ -313,9 +312,13 @@ register_preset(
     "routing_transformer_small_top2",
     RoutingTransformerLM,
     RoutingTransformerConfig(
-        **{**_SMALL, "position": "rotary"}, n_local_heads=6, n_routing_layers=2, routing="causal",
-        shift_keys=True, routing_score_scale=1.0,
-    ),
+        **{**_SMALL, "position": "rotary"},
+        n_local_heads=6,
+        n_routing_layers=2,
+        routing="causal",
+        shift_keys=True,
+        routing_score_scale=1.0,
+    ),  # fmt: skip
     "the paper's PG-19 layout at small size: 8 rotary local heads (window 128) per layer, of which "
     "the top 2 layers route 2 (causal routing, k=32, shifted keys, unscaled scores), context 4096",
 )

@@ -33,7 +33,13 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import KVCache, LayerKVCache
-from zoo.attention.mechanisms import build_attention
+from zoo.attention.mechanisms import (
+    AttentionSpec,
+    build_attention,
+    canonical_attention,
+    parse_attention,
+    tiny_attention,
+)
 from zoo.config import ModelConfig
 from zoo.decoding import padding_spans
 from zoo.errors import ConfigError, SequenceTooLongError
@@ -56,7 +62,9 @@ class TransformerConfig(ModelConfig):
     activation: Literal["gelu", "relu"] = "gelu"  # paper: relu
     norm: Literal["pre", "post"] = "pre"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     position: Literal["sinusoidal", "learned", "rotary"] = "sinusoidal"
-    attention: str = "dense"  # a registered mechanism (zoo.attention.mechanisms): dense, sparsemax
+    # a registered mechanism, {"name": ..., its parameters}, or a list of those, one per layer
+    # (zoo.attention.mechanisms: dense, sparsemax, moba, nsa, ...)
+    attention: str | dict[str, Any] | tuple[str | dict[str, Any], ...] = "dense"
     # families whose attention comes from their own fields (patterns, clusters) set this
     builds_own_attention: ClassVar[bool] = False
     tie_weights: bool = True  # share token embedding and output projection (paper §3.4)
@@ -79,15 +87,25 @@ class TransformerConfig(ModelConfig):
             raise ConfigError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        """Validate ``attention`` and store its saved form (:func:`canonical_attention`)."""
         if self.builds_own_attention and self.attention != "dense":
             raise ConfigError(
                 f"attention={self.attention!r}: {type(self).__name__} builds its attention from "
                 "its own fields; a registered attention mechanism applies to transformer_lm models"
             )
+        object.__setattr__(self, "attention", canonical_attention(self.attention, self.n_layers))
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def attention_specs(self) -> tuple[AttentionSpec, ...]:
+        """One :class:`~zoo.attention.mechanisms.AttentionSpec` per layer, bottom first."""
+        return parse_attention(self.attention, self.n_layers)
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -165,8 +183,13 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
     @classmethod
     def tiny_config(cls, config: TransformerConfig) -> TransformerConfig:
-        """``config`` at the tests' tiny size: the fields of :attr:`TINY` replaced."""
-        return config.replace(**cls.TINY)
+        """``config`` at the tests' tiny size: the fields of :attr:`TINY` replaced, and a
+        registered attention's parameters shrunk with it (:func:`tiny_attention`)."""
+        if config.builds_own_attention:
+            return config.replace(**cls.TINY)
+        return config.replace(
+            **cls.TINY, attention=tiny_attention(config.attention, cls.TINY["n_layers"])
+        )
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -191,7 +214,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
     def build_attention(self, layer: int) -> nn.Module:
         """The attention module of block ``layer``: the registered mechanism ``config.attention``
         (:mod:`zoo.attention.mechanisms`); other families override this seam."""
-        return build_attention(self.config.attention, self.config, layer)
+        return build_attention(self.config.attention_specs[layer], self.config, layer)
 
     def build_positions(self) -> None:
         """Create the position encoding's modules or buffers (a seam, like ``build_attention``)."""

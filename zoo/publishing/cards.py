@@ -454,8 +454,9 @@ def _copy_probe_section(
 ) -> str:
     registered = next((m for m in metrics if m.name == "copy_gain" and m.probe), None)
     lead = (
-        "Does the model copy from far back in its context? A span of random lowercase letters is "
-        "written at the end of a window of held-out text and again d bytes earlier. The gain is "
+        "Does the model copy from far back in its context? A span of random lowercase letters (or "
+        "of each kind the table names: other alphabets, natural text from elsewhere) is written "
+        "at the end of a window of held-out text and again d bytes earlier. The gain is "
         "how many bits per byte below the control (the same window without the first copy) the "
         "model scores the span's bytes after the cue: about 0 means it does not copy from that far "
         f"back, a model that copies saves nearly all of the control. Measured with `{command}` "

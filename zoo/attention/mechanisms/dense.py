@@ -10,7 +10,7 @@ from zoo.attention.mechanisms import register_attention
 
 
 @register_attention("dense")
-def build_dense(config, layer: int) -> nn.Module:
+def build_dense(config, layer: int, params) -> nn.Module:
     c = config
     return CausalSelfAttention(
         c.d_model, c.n_heads, c.dropout, c.bias, rotary=c.position == "rotary"

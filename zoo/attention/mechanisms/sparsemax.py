@@ -20,7 +20,7 @@ from zoo.attention.mechanisms import register_attention
 
 
 @register_attention("sparsemax")
-def build_sparsemax(config, layer: int) -> nn.Module:
+def build_sparsemax(config, layer: int, params) -> nn.Module:
     c = config
     return CausalSelfAttention(
         c.d_model, c.n_heads, 0.0, c.bias, rotary=c.position == "rotary", mapping="sparsemax"
