@@ -189,15 +189,6 @@ class MoBASelfAttention(CausalSelfAttention):
         y = moba_attention(q, k, v, block_size=self.block_size, top_k=self.top_k)
         return self.merge_heads(y)
 
-    def selected_fraction(self, seq_len: int) -> float:
-        """The share of the causal keys a query attends to on average over ``seq_len``
-        positions, when every slot finds a block: ``sum_t min(t+1, chosen keys) / sum_t (t+1)``.
-        """
-        t = torch.arange(seq_len, dtype=torch.float64)
-        own = t - (t // self.block_size) * self.block_size + 1
-        past = torch.minimum(t // self.block_size, torch.tensor(self.top_k - 1.0)) * self.block_size
-        return float((own + past).sum() / (t + 1).sum())
-
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, top_k={self.top_k}"
 
