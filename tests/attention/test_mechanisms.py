@@ -43,10 +43,10 @@ def test_a_new_mechanism_is_one_registration(monkeypatch):
 def test_unknown_or_misplaced_attention_is_a_clear_error():
     with pytest.raises(ConfigError, match="unknown attention 'sparsmax'. Did you mean 'sparsemax'"):
         zoo.create_model("transformer_lm_tiny", attention="sparsmax")
-    with pytest.raises(ConfigError, match="builds its attention from its own fields"):
-        zoo.create_model("sparse_transformer_small", attention="sparsemax")
-    with pytest.raises(ConfigError, match="builds its attention from its own fields"):
-        zoo.create_model("routing_transformer_small", attention="sparsemax")
+    with pytest.raises(ConfigError, match="so pattern would have no effect"):
+        zoo.create_model("sparse_transformer_small", attention="sparsemax", pattern="strided")
+    with pytest.raises(ConfigError, match="so n_clusters, window would have no effect"):
+        zoo.create_model("routing_transformer_small", attention="local", window=64, n_clusters=8)
 
 
 def test_the_tests_tiny_models_shrink_a_mechanisms_blocks_and_keep_a_hybrids_last_layer():

@@ -181,7 +181,7 @@ def test_untrained_model_predicts_uniform_and_generates():
         ({"integration": "multihead", "n_heads": 1, "d_model": 32}, "n_heads >= 2"),
         ({"integration": "stacked"}, "integration='stacked' is not one of"),
         ({"pattern": "fixed", "c": 16}, "1 <= c <= stride"),
-        ({"block_size": 0}, "block_size must be positive"),
+        ({"block_size": 0}, "block_size must be a positive integer"),
         ({"position_shape": (4, 4)}, "fewer than max_seq_len=64"),
     ],
 )

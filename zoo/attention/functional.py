@@ -299,7 +299,8 @@ def masked_attention(
     distance: Tensor | None = None,
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Attention with the score matrix materialised, under a boolean mask, in fp32:
+    """Attention with the score matrix materialised, under a boolean mask, in fp32 (fp64 for
+    fp64 inputs):
 
         s = (q k^T [+ q . a^K_{i-j}]) * scale,  p = mapping(s, -inf where not allowed),
         y = p v [+ sum_j p_ij a^V_{i-j}]
@@ -312,16 +313,17 @@ def masked_attention(
             ``upper`` (csoftmax / csparsemax) and ``lam`` (fusedmax).
         relative: Shaw et al. relative positions; then ``distance`` (int64 ``i - j``,
             broadcastable to ``(..., Lq, Lk)``, read only where allowed) selects their terms.
-        return_weights: also return the probabilities ``(..., Lq, Lk)`` fp32.
+        return_weights: also return the probabilities ``(..., Lq, Lk)`` in the computing dtype.
 
     Returns:
         ``(..., Lq, Dv)`` in the dtype of ``v`` (and the weights). A query with no allowed key gets
         zeros, not NaN.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    wide = torch.promote_types(q.dtype, torch.float32)
     with torch.autocast(q.device.type, enabled=False):
-        qf = q.float()
-        s = qf @ k.float().transpose(-1, -2)  # (..., Lq, Lk)
+        qf = q.to(wide)
+        s = qf @ k.to(wide).transpose(-1, -2)  # (..., Lq, Lk)
         if relative is not None:
             assert distance is not None, "relative positions need the distances"
             s, dist = relative.add_scores(qf, s, distance)
@@ -330,7 +332,7 @@ def masked_attention(
             p = masked_softmax(s, allowed)
         else:
             p = map_scores(s.masked_fill(~allowed, float("-inf")), mapping, upper=upper, lam=lam)
-        out = p @ v.float()
+        out = p @ v.to(p.dtype)
         if relative is not None:
             out = out + relative.values_of(p, dist)
     out = out.to(v.dtype)

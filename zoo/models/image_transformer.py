@@ -81,6 +81,11 @@ class ImageTransformerConfig(TransformerConfig):
     def _check_attention(self) -> None:
         pass  # ``attention`` is this family's own Literal field, checked with the others
 
+    @property
+    def names_attention(self) -> bool:
+        """False: ``attention`` names this family's own local 1-D or 2-D pattern."""
+        return False
+
     def __post_init__(self) -> None:
         if isinstance(self.image_shape, list):  # from JSON / YAML
             object.__setattr__(self, "image_shape", tuple(self.image_shape))

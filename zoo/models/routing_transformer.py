@@ -20,15 +20,16 @@ Shape legend: B batch, T positions, C d_model, V vocab_size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from zoo.attention import RoutingSelfAttention
-from zoo.attention.kmeans import CENTROID_DEFAULTS, CentroidInit, CentroidOptions, ReviveSplit
-from zoo.attention.routing import RoutingMode, RoutingSpec
+from zoo.attention.kmeans import CENTROID_DEFAULTS, CentroidInit, ReviveSplit
+from zoo.attention.mechanisms import AttentionSpec
+from zoo.attention.routing import RoutingMode, RoutingParams, RoutingSpec
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM
@@ -38,31 +39,33 @@ __all__ = ["RoutingTransformerConfig", "RoutingTransformerLM", "future_dependenc
 
 @dataclass(frozen=True)
 class RoutingTransformerConfig(TransformerConfig):
-    builds_own_attention: ClassVar[bool] = True  # from its patterns / clusters
+    # the attention: the fields below build the registered mechanism `routing` in every layer
+    # (own_attention) while `attention` is "dense"; a named attention takes their place
+    # (zoo.models.attention_config). Their defaults and checks are RoutingParams'
+    # (zoo/attention/routing.py), which says what each does.
+    builds_own_attention: ClassVar[bool] = True
     # none: relative only (max_relative_position); rotary: turns the local heads' queries and keys
     position: Literal["learned", "sinusoidal", "rotary", "none"] = "learned"
-    n_local_heads: int = 4  # local heads in routing layers (the rest route); other layers: all
+    n_local_heads: int = RoutingParams.n_local_heads  # in routing layers; other layers: all
     n_routing_layers: int | None = None  # routing heads in the top this-many layers; None = all
-    window: int = 128  # local attention: positions attended, itself included
-    n_clusters: int = 16  # k centroids per routing head; w = ceil(T / k) tokens per cluster
-    routing: RoutingMode = "topw"  # topw (Algorithm 1) | causal | random (the ablation)
-    causal_window: int | None = None  # causal routing: recent members attended; None = T_max / k
-    shared_qk: bool = True  # keys = queries in routing heads (Algorithm 1, causal models)
-    # the centroids' options: defaults and checks in CentroidOptions (zoo/attention/kmeans.py),
-    # which says what each does; since 2026-11-27 revival bisects below half a share (earlier
-    # models: 0.25 and farthest, docs/long_context.md §5s)
+    window: int = RoutingParams.window
+    n_clusters: int = RoutingParams.n_clusters
+    routing: RoutingMode = RoutingParams.routing
+    causal_window: int | None = RoutingParams.causal_window
+    shared_qk: bool = RoutingParams.shared_qk
+    # since 2026-11-27 revival bisects below half a share (earlier models: docs/long_context.md)
     ema_decay: float = CENTROID_DEFAULTS.ema_decay
     normalize_centroids: bool = CENTROID_DEFAULTS.normalize_centroids
     centroid_init: CentroidInit = CENTROID_DEFAULTS.centroid_init
     revive_below: float = CENTROID_DEFAULTS.revive_below
     revive_split: ReviveSplit = CENTROID_DEFAULTS.revive_split
-    max_relative_position: int = 0  # > 0: Shaw et al. 2018 relative positions, clipped here
-    # routing heads' scores: None = q·k / sqrt(d_head); 1.0 = Algorithm 1 line 22, A = Q'K'^T
-    routing_score_scale: float | None = None
-    # LayerNorm on the routing heads' q and k (Algorithm 1); False: an ablation, causal routing only
-    routing_layer_norm: bool = True
-    # causal routing: a routing head's key at s is its query at s - 1 (zoo.attention.routing)
-    shift_keys: bool = False
+    max_relative_position: int = RoutingParams.max_relative_position
+    routing_score_scale: float | None = RoutingParams.routing_score_scale
+    routing_layer_norm: bool = RoutingParams.routing_layer_norm
+    shift_keys: bool = RoutingParams.shift_keys
+    own_attention_fields: ClassVar[tuple[str, ...]] = (
+        "n_local_heads", "n_routing_layers", *(f.name for f in fields(RoutingParams))
+    )  # fmt: skip
     # what a config.json that lacks a key was trained with: without centroid_init and revive_below
     # (saved before these options existed), random centroids and no revival; without
     # revive_split, the farthest split
@@ -77,7 +80,10 @@ class RoutingTransformerConfig(TransformerConfig):
         """Local and routing heads (Roy et al. 2020, §4). Top-w routing assigns each cluster's
         members by looking at the whole sequence, so its likelihood is not strictly causal. With
         no routing heads the model is local attention (dense where the window covers the
-        context), as the paper's ablations."""
+        context), as the paper's ablations. A named attention reports its mechanisms
+        (:meth:`~zoo.models.attention_config.AttentionConfig.named_structure`)."""
+        if self.names_attention:
+            return self.named_structure()
         layers = self.n_layers if self.n_routing_layers is None else self.n_routing_layers
         routing_heads = (self.n_heads - self.n_local_heads) if layers else 0
         common = {"context": self.max_seq_len, "position": self.position}
@@ -99,10 +105,9 @@ class RoutingTransformerConfig(TransformerConfig):
         }
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("window", "n_clusters"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"{key} must be positive, got {getattr(self, key)}")
+        super().__post_init__()  # the routing knobs: checked by RoutingParams (own_attention)
+        if self.names_attention:  # the fields below are not used
+            return
         if not 0 <= self.n_local_heads <= self.n_heads:
             raise ConfigError(
                 f"n_local_heads={self.n_local_heads} must be in [0, n_heads={self.n_heads}]"
@@ -111,28 +116,6 @@ class RoutingTransformerConfig(TransformerConfig):
             raise ConfigError(
                 f"n_routing_layers={self.n_routing_layers} must be in [0, n_layers={self.n_layers}]"
             )
-        if self.causal_window is not None and self.causal_window <= 0:
-            raise ConfigError(f"causal_window must be positive, got {self.causal_window}")
-        if self.routing == "causal" and not self.shared_qk:
-            raise ConfigError("routing='causal' needs shared_qk=True (one cluster per token)")
-        if self.max_relative_position < 0:
-            raise ConfigError("max_relative_position must be >= 0 (0 turns it off)")
-        CentroidOptions.of(self)  # checks the centroid options
-        if self.routing_score_scale is not None and self.routing_score_scale <= 0:
-            raise ConfigError(
-                f"routing_score_scale must be positive (or null for 1/sqrt(d_head)), "
-                f"got {self.routing_score_scale}"
-            )
-        if self.routing_score_scale is not None and self.max_relative_position:
-            raise ConfigError(
-                "routing_score_scale works without relative positions: set max_relative_position 0"
-            )
-        if not self.routing_layer_norm and self.routing != "causal":
-            raise ConfigError(
-                "routing_layer_norm=false is an ablation of causal routing: set routing='causal'"
-            )
-        if self.shift_keys and (self.routing != "causal" or self.max_relative_position):
-            raise ConfigError("shift_keys=true needs routing='causal' and max_relative_position 0")
 
     @property
     def routing_window(self) -> int:
@@ -143,16 +126,24 @@ class RoutingTransformerConfig(TransformerConfig):
         n = self.n_layers if self.n_routing_layers is None else self.n_routing_layers
         return layer >= self.n_layers - n and self.n_local_heads < self.n_heads
 
+    def routing_params(self, layer: int) -> RoutingParams:
+        """Layer ``layer``'s routing knobs: this config's fields of the same names; a layer
+        without routing has all heads local, and causal routing's window is
+        :attr:`routing_window`."""
+        same = {f.name: getattr(self, f.name) for f in fields(RoutingParams)}
+        local = self.n_local_heads if self.has_routing(layer) else self.n_heads
+        return RoutingParams(**same | {"n_local_heads": local}).at_context(self.max_seq_len)
+
     def routing_spec(self, layer: int) -> RoutingSpec:
-        """Layer ``layer``'s attention options: every :class:`RoutingSpec` knob is this config's
-        field of the same name; a layer without routing has all heads local, causal routing's
-        window is :attr:`routing_window`, and rotary positions turn the local heads."""
-        same = {f.name: getattr(self, f.name) for f in fields(RoutingSpec) if hasattr(self, f.name)}
-        return RoutingSpec(**same | {
-            "n_local_heads": self.n_local_heads if self.has_routing(layer) else self.n_heads,
-            "causal_window": self.routing_window,
-            "rotary": self.position == "rotary",
-        })  # fmt: skip
+        """Layer ``layer``'s :class:`RoutingSpec`: :meth:`routing_params` with the width, heads,
+        rotary positions (which turn the local heads) and biases of this config."""
+        return RoutingSpec(d_model=self.d_model, n_heads=self.n_heads,
+                           **asdict(self.routing_params(layer)),
+                           rotary=self.position == "rotary", bias=self.bias)  # fmt: skip
+
+    def own_attention(self) -> tuple[AttentionSpec, ...]:
+        """The registered mechanism ``routing`` in every layer, with :meth:`routing_params`."""
+        return tuple(AttentionSpec("routing", self.routing_params(i)) for i in range(self.n_layers))
 
 
 @register_model
@@ -177,16 +168,17 @@ class RoutingTransformerLM(TransformerLM):
     @classmethod
     def tiny_config(cls, config: RoutingTransformerConfig) -> RoutingTransformerConfig:
         """Tiny, keeping the preset's share of local heads."""
+        if config.names_attention:
+            return super().tiny_config(config)
         n_local = config.n_local_heads * cls.TINY["n_heads"] // config.n_heads
         return config.replace(**cls.TINY, n_local_heads=n_local)
 
     config: RoutingTransformerConfig
 
-    def build_attention(self, layer: int) -> nn.Module:
-        return RoutingSelfAttention(self.config.routing_spec(layer), seed=layer)
-
     def context_config(self, max_seq_len: int) -> RoutingTransformerConfig:
         """Keeps the causal routing window: by default it is ``max_seq_len / n_clusters``."""
+        if self.config.names_attention:
+            return super().context_config(max_seq_len)
         return self.config.replace(
             max_seq_len=max_seq_len, causal_window=self.config.routing_window
         )

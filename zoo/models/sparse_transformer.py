@@ -37,7 +37,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import HeadGroup, SparseSelfAttention, get_pattern
+from zoo.attention.mechanisms import AttentionSpec, NoParams
+from zoo.attention.mechanisms.patterns import FixedParams, LocalParams, StridedParams
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
 from zoo.models.transformer import TransformerConfig, TransformerLM
@@ -47,17 +48,25 @@ __all__ = ["SparseTransformerConfig", "SparseTransformerLM"]
 
 @dataclass(frozen=True)
 class SparseTransformerConfig(TransformerConfig):
-    builds_own_attention: ClassVar[bool] = True  # from its patterns / clusters
+    # the attention: `pattern` and the fields below build the registered mechanisms local,
+    # strided, fixed or dense (own_attention) while `attention` is "dense"; a named attention
+    # (zoo.models.attention_config) takes their place
+    builds_own_attention: ClassVar[bool] = True
+    own_attention_fields: ClassVar[tuple[str, ...]] = (
+        "pattern", "integration", "c", "distinct_summaries", "window", "block_size"
+    )  # fmt: skip
+    attention_dropout: ClassVar[float] = 0.0  # the paper drops residual branches, not weights
     position: Literal["factorized", "learned", "sinusoidal", "rotary"] = "factorized"  # §5.3
     tie_weights: bool = False  # output logits start at zero (§6), so they are not shared
     scale_embeddings: bool = False
-    pattern: Literal["fixed", "strided", "local", "causal"] = "fixed"
-    integration: Literal["merged", "interleaved", "multihead"] = "merged"  # §5.1, Eqs. 6-8
-    stride: int = 128  # l, near sqrt(max_seq_len)
-    c: int = 32  # fixed: summary cells at the end of every block of l
-    distinct_summaries: bool = True  # fixed: head m takes its own sub-block of c (paper's choice)
-    window: int = 128  # local: positions attended, itself included
-    block_size: int = 32  # block edge of the block-sparse layouts (work, not semantics)
+    pattern: Literal["fixed", "strided", "local", "causal"] = "fixed"  # causal: dense attention
+    # the knobs' defaults are the mechanisms' (zoo/attention/mechanisms/patterns.py)
+    integration: Literal["merged", "interleaved", "multihead"] = StridedParams.integration
+    stride: int = StridedParams.stride  # l, near sqrt(max_seq_len); also the position grid's
+    c: int = FixedParams.c  # fixed: summary cells at the end of every block of l
+    distinct_summaries: bool = FixedParams.distinct_summaries  # fixed: head m's own sub-block
+    window: int = LocalParams.window  # local: positions attended, itself included
+    block_size: int = StridedParams.block_size  # block-sparse layouts' edge (work, not semantics)
     position_shape: tuple[int, ...] | None = None  # factorized grid; None = (rows, stride)
     zero_init_logits: bool = (
         True  # output-logit weights start at 0 (§6); False: N(0, 0.125/sqrt(d))
@@ -67,8 +76,27 @@ class SparseTransformerConfig(TransformerConfig):
     # recomputation (§5.4) is the model's gradient checkpointing now: a saved True turns it on
     retired_keys: ClassVar[dict[str, Any]] = {"checkpoint_attention": bool}
 
+    def own_attention(self) -> tuple[AttentionSpec, ...]:
+        """The registered mechanism ``pattern`` and its fields describe, in every layer: ``local``
+        (``window``), ``strided`` or ``fixed`` (``stride``, ``integration``, and ``c``,
+        ``distinct_summaries`` for fixed) with ``block_size``; ``causal`` is ``dense``."""
+        common = {"stride": self.stride, "integration": self.integration,
+                  "block_size": self.block_size}  # fmt: skip
+        spec = {
+            "fixed": lambda: AttentionSpec("fixed", FixedParams(
+                **common, c=self.c, distinct_summaries=self.distinct_summaries)),
+            "strided": lambda: AttentionSpec("strided", StridedParams(**common)),
+            "local": lambda: AttentionSpec(
+                "local", LocalParams(window=self.window, block_size=self.block_size)),
+            "causal": lambda: AttentionSpec("dense", NoParams()),
+        }[self.pattern]()  # fmt: skip
+        return (spec,) * self.n_layers
+
     def structure(self) -> dict[str, Any]:
-        """The factorized pattern and its parameters (Child et al. 2019, §4.2, §5.1)."""
+        """The factorized pattern and its parameters (Child et al. 2019, §4.2, §5.1), or the
+        named attention's (:meth:`~zoo.models.attention_config.AttentionConfig.named_structure`)."""
+        if self.names_attention:
+            return self.named_structure()
         params = {
             "fixed": {"stride": self.stride, "c": self.c},
             "strided": {"stride": self.stride},
@@ -95,9 +123,6 @@ class SparseTransformerConfig(TransformerConfig):
             raise ConfigError(
                 "integration='multihead' splits heads between A1 and A2: n_heads >= 2"
             )
-        if self.pattern == "fixed":
-            get_pattern("fixed", stride=self.stride, c=self.c,
-                        distinct_summaries=self.distinct_summaries)  # fmt: skip
         if self.position == "factorized" and math.prod(self.position_dims) < self.max_seq_len:
             raise ConfigError(
                 f"position_shape {self.position_dims} holds {math.prod(self.position_dims)} "
@@ -136,32 +161,6 @@ class SparseTransformerLM(TransformerLM):
         super().__init__(config)
         if config.retired.get("checkpoint_attention"):  # saved when it was a config field
             self.gradient_checkpointing_enable()
-
-    def build_attention(self, layer: int) -> nn.Module:
-        """Layer ``layer``'s attention: the pattern's head groups (§5.1)."""
-        c = self.config
-        H = c.n_heads
-        if c.pattern in ("causal", "local"):
-            params = {"window": c.window} if c.pattern == "local" else {}
-            groups = [HeadGroup(H, get_pattern(c.pattern, **params))]
-        else:
-            params = {"stride": c.stride}
-            if c.pattern == "fixed":
-                params |= {"c": c.c, "distinct_summaries": c.distinct_summaries}
-            a1, a2 = (get_pattern(c.pattern, **params, component=k) for k in (1, 2))
-            if c.integration == "merged":  # Eq. 7: one head over A1 u A2
-                groups = [HeadGroup(H, get_pattern(c.pattern, **params))]
-            elif c.integration == "interleaved":  # Eq. 6: layer r uses A^(r mod 2)
-                groups = [HeadGroup(H, a1 if layer % 2 == 0 else a2)]
-            else:  # Eq. 8: heads split between the two, concatenated
-                groups = [HeadGroup(H // 2, a1), HeadGroup(H - H // 2, a2)]
-        return SparseSelfAttention(
-            c.d_model,
-            groups,
-            c.block_size,
-            bias=c.bias,
-            rotary=c.position == "rotary",
-        )
 
     def build_positions(self) -> None:
         c = self.config

@@ -33,16 +33,11 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import KVCache, LayerKVCache
-from zoo.attention.mechanisms import (
-    AttentionSpec,
-    build_attention,
-    canonical_attention,
-    parse_attention,
-    tiny_attention,
-)
+from zoo.attention.mechanisms import build_attention, tiny_attention
 from zoo.config import ModelConfig
 from zoo.decoding import padding_spans
 from zoo.errors import ConfigError, SequenceTooLongError
+from zoo.models.attention_config import AttentionConfig
 from zoo.models.base import PretrainedMixin
 from zoo.models.outputs import CausalLMOutput, causal_lm_loss
 from zoo.models.registry import register_model, register_preset
@@ -51,7 +46,7 @@ __all__ = ["FeedForward", "TransformerBlock", "TransformerConfig", "TransformerL
 
 
 @dataclass(frozen=True)
-class TransformerConfig(ModelConfig):
+class TransformerConfig(AttentionConfig, ModelConfig):
     vocab_size: int = 256  # 256 = bytes
     max_seq_len: int = 512  # longest input (positions) the model accepts
     d_model: int = 512
@@ -63,20 +58,19 @@ class TransformerConfig(ModelConfig):
     norm: Literal["pre", "post"] = "pre"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     position: Literal["sinusoidal", "learned", "rotary"] = "sinusoidal"
     # a registered mechanism, {"name": ..., its parameters}, or a list of those, one per layer
-    # (zoo.attention.mechanisms: dense, sparsemax, moba, nsa, ...)
+    # (zoo.attention.mechanisms: dense, local, strided, fixed, routing, moba, nsa, ...;
+    # zoo.models.attention_config says how it meets a family's own attention fields)
     attention: str | dict[str, Any] | tuple[str | dict[str, Any], ...] = "dense"
-    # families whose attention comes from their own fields (patterns, clusters) set this
-    builds_own_attention: ClassVar[bool] = False
     tie_weights: bool = True  # share token embedding and output projection (paper §3.4)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
     bias: bool = True  # biases in linear layers
     layer_norm_eps: float = 1e-5
 
     def structure(self) -> dict[str, Any]:
-        """Dense causal self-attention (Vaswani et al. 2017, §3.2) with ``mechanism`` as its
-        probability mapping; see :meth:`ModelConfig.structure`."""
-        return {"pattern": "dense", "mechanism": self.attention, "context": self.max_seq_len,
-                "position": self.position, "causal": True}  # fmt: skip
+        """The registered mechanisms of ``attention`` (:meth:`AttentionConfig.named_structure`:
+        ``pattern`` ``dense`` for dense attention under any probability mapping, which
+        ``mechanism`` names); see :meth:`ModelConfig.structure`."""
+        return self.named_structure()
 
     def __post_init__(self) -> None:
         super().__post_init__()  # Literal fields
@@ -89,23 +83,10 @@ class TransformerConfig(ModelConfig):
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         self._check_attention()
 
-    def _check_attention(self) -> None:
-        """Validate ``attention`` and store its saved form (:func:`canonical_attention`)."""
-        if self.builds_own_attention and self.attention != "dense":
-            raise ConfigError(
-                f"attention={self.attention!r}: {type(self).__name__} builds its attention from "
-                "its own fields; a registered attention mechanism applies to transformer_lm models"
-            )
-        object.__setattr__(self, "attention", canonical_attention(self.attention, self.n_layers))
-
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
-    @property
-    def attention_specs(self) -> tuple[AttentionSpec, ...]:
-        """One :class:`~zoo.attention.mechanisms.AttentionSpec` per layer, bottom first."""
-        return parse_attention(self.attention, self.n_layers)
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -185,11 +166,10 @@ class TransformerLM(PretrainedMixin, nn.Module):
     def tiny_config(cls, config: TransformerConfig) -> TransformerConfig:
         """``config`` at the tests' tiny size: the fields of :attr:`TINY` replaced, and a
         registered attention's parameters shrunk with it (:func:`tiny_attention`)."""
-        if config.builds_own_attention:
+        if not config.names_attention:
             return config.replace(**cls.TINY)
-        return config.replace(
-            **cls.TINY, attention=tiny_attention(config.attention, cls.TINY["n_layers"])
-        )
+        tiny = {k: v for k, v in cls.TINY.items() if k not in config.own_attention_fields}
+        return config.replace(**tiny, attention=tiny_attention(config.attention, tiny["n_layers"]))
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -245,8 +225,13 @@ class TransformerLM(PretrainedMixin, nn.Module):
 
     def context_config(self, max_seq_len: int) -> TransformerConfig:
         """This model's config for ``max_seq_len`` positions and the same weights (a seam: a
-        family whose other settings derive from ``max_seq_len`` pins them here)."""
-        return self.config.replace(max_seq_len=max_seq_len)
+        family whose other settings derive from ``max_seq_len`` pins them here; a mechanism's
+        parameters that do are written out, :meth:`AttentionConfig.pinned_attention`)."""
+        if not self.config.names_attention:
+            return self.config.replace(max_seq_len=max_seq_len)
+        return self.config.replace(
+            max_seq_len=max_seq_len, attention=self.config.pinned_attention()
+        )
 
     def extended(self, max_seq_len: int) -> TransformerLM:
         """The same weights in a model that accepts ``max_seq_len`` positions, in the same mode.

@@ -49,6 +49,7 @@ __all__ = [
     "AttentionSpec",
     "NoParams",
     "attention_names",
+    "attention_pattern",
     "build_attention",
     "canonical_attention",
     "parse_attention",
@@ -84,6 +85,7 @@ AttentionBuilder = Callable[[Any, int, Any], nn.Module]  # (config, layer, param
 class _Mechanism:
     builder: AttentionBuilder
     params: type
+    pattern: str
 
 
 _MECHANISMS: dict[str, _Mechanism] = {}
@@ -91,17 +93,19 @@ _loaded = False
 
 
 def register_attention(
-    name: str, params: type = NoParams
+    name: str, params: type = NoParams, *, pattern: str | None = None
 ) -> Callable[[AttentionBuilder], AttentionBuilder]:
     """Decorator: register ``builder(config, layer, params)`` under ``name`` (exact, unique),
     with ``params`` the frozen :class:`~zoo.config.CheckedFields` dataclass of its parameters
-    (every field with a default)."""
+    (every field with a default). ``pattern``: which keys a query may see, as the registry's
+    ``structure`` names it (default ``name``; a probability mapping over dense attention, such
+    as ``sparsemax``, says ``"dense"``)."""
 
     def add(builder: AttentionBuilder) -> AttentionBuilder:
         old = _MECHANISMS.get(name)
         if old is not None and old.builder is not builder:
             raise ValueError(f"attention mechanism {name!r} is already registered")
-        _MECHANISMS[name] = _Mechanism(builder, params)
+        _MECHANISMS[name] = _Mechanism(builder, params, pattern or name)
         return builder
 
     return add
@@ -121,6 +125,12 @@ def attention_names() -> list[str]:
     """The registered mechanisms, sorted."""
     load_mechanisms()
     return sorted(_MECHANISMS)
+
+
+def attention_pattern(specs: tuple[AttentionSpec, ...]) -> str:
+    """The registry's ``structure`` pattern of a model whose layers attend by ``specs``: each
+    mechanism's pattern once, bottom layer first, joined by ``+`` (``"local+moba"``)."""
+    return "+".join(dict.fromkeys(_mechanism(s.name).pattern for s in specs))
 
 
 def _mechanism(name: Any) -> _Mechanism:

@@ -19,7 +19,7 @@ from zoo.attention.dense import CausalSelfAttention
 from zoo.attention.mechanisms import register_attention
 
 
-@register_attention("sparsemax")
+@register_attention("sparsemax", pattern="dense")
 def build_sparsemax(config, layer: int, params) -> nn.Module:
     c = config
     return CausalSelfAttention(
