@@ -1,6 +1,7 @@
-"""One way to name an attention in every LM family: the Sparse and Routing families' own fields
-build registered mechanisms (local, strided, fixed, dense, routing), and their ``attention`` takes
-any registered mechanism or a per-layer list of them (zoo.models.attention_config)."""
+"""One way to name an attention in every LM family: the Sparse, Routing and Image families' own
+fields build registered mechanisms (local, strided, fixed, dense, routing, local_1d, local_2d), and
+their ``attention`` takes any registered mechanism or a per-layer list of them
+(zoo.models.attention_config)."""
 
 import dataclasses
 
@@ -21,6 +22,8 @@ OWN_FAMILY_PRESETS = [
     "routing_transformer_small",  # top-w routing in every layer
     "routing_transformer_small_top2",  # causal routing with local layers below
     "routing_transformer_small_local",  # all heads local
+    "image_transformer_cifar10_2d",  # local_2d on the image's rows
+    "image_transformer_cifar10_1d",  # local_1d
 ]
 
 
@@ -60,7 +63,10 @@ def test_each_knob_has_one_default():
             assert spec[f.name] == f.default, f.name  # the resolved spec's own defaults
 
 
-@pytest.mark.parametrize("name", ["sparse_transformer_small", "routing_transformer_small_top2"])
+@pytest.mark.parametrize(
+    "name",
+    ["sparse_transformer_small", "routing_transformer_small_top2", "image_transformer_cifar10_2d"],
+)
 def test_a_per_layer_list_in_a_family_that_builds_its_own(name, tmp_path):
     """MoBA below and dense on top in a Sparse or Routing model: causal, saved and loaded."""
     cls, config = _tiny(name, attention=["local", "moba", "moba", {"name": "dense"}])
@@ -84,6 +90,18 @@ def test_explicit_dense_in_such_a_family_is_saved_as_a_mapping():
     named = get_preset("sparse_transformer_small").config.replace(attention={"name": "dense"})
     assert named.attention == {"name": "dense"} and named.structure()["pattern"] == "dense"
     assert type(named).from_dict(named.to_dict()) == named
+
+
+def test_the_image_familys_own_values_and_a_named_local_2d():
+    config = get_preset("image_transformer_cifar10_2d").config
+    assert not config.names_attention and config.structure()["pattern"] == "local_2d"
+    named = config.replace(attention={"name": "local_2d", "memory_height": 8})
+    assert named.names_attention and named.attention_specs[0].params.width is None
+    assert named.attention["memory_height"] == 8 and named.memory_height == 4  # fields unused
+    bare = config.replace(attention="local_1d")  # a bare own value: the family's fields
+    assert not bare.names_attention and bare.pattern().name.startswith("local_1d(query_block=256")
+    with pytest.raises(ConfigError, match="local_2d: give width"):
+        zoo.create_model("transformer_lm_tiny", attention="local_2d")
 
 
 def test_a_named_attention_beside_a_changed_family_field_is_a_one_line_error():

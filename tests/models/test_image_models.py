@@ -120,7 +120,7 @@ def test_rotary_positions_turn_queries_and_keys_and_decode_like_the_full_forward
         ({"image_shape": (32, 32, 3), "max_seq_len": 1024}, "more than max_seq_len"),
         ({"image_shape": (32, 32)}, "must be \\(H, W, C\\)"),
         ({"d_model": 66, "n_heads": 2}, "multiple of 4"),
-        ({"attention": "local_3d"}, "not one of"),
+        ({"attention": "local_3d"}, "unknown attention .local_3d."),
         ({"query_block": 0, "attention": "local_1d"}, "query_block"),
     ],
 )

@@ -40,19 +40,19 @@ class RelativePositions(nn.Module):
     def add_scores(self, q: Tensor, scores: Tensor, distance: Tensor) -> tuple[Tensor, Tensor]:
         """``scores + q_i . a^K_{i-j}`` (Shaw eq. 4's numerator term), with the clipped distances.
 
-        ``q`` ``(..., Lq, D)`` fp32, ``scores`` ``(..., Lq, Lk)`` fp32 and ``distance`` int64
+        ``q`` ``(..., Lq, D)`` and ``scores`` ``(..., Lq, Lk)`` of one dtype (fp32 or fp64), ``distance`` int64
         broadcastable to it. Returns the sum (broadcast to the joint shape) and the clipped
         distances, which :meth:`values_of` takes.
         """
         dist = distance.clamp(0, self.max_distance)
-        rel = q @ self.keys.weight.float().T  # (..., Lq, R): q_i . a^K_r for every distance r
+        rel = q @ self.keys.weight.to(q.dtype).T  # (..., Lq, R): q_i . a^K_r for every distance r
         shape = torch.broadcast_shapes(scores.shape, dist.shape)
         rel = rel.expand(*shape[:-1], rel.shape[-1]).gather(-1, dist.expand(shape))
         return scores.expand(shape) + rel, dist.expand(shape)
 
     def values_of(self, p: Tensor, dist: Tensor) -> Tensor:
         """``sum_j p_ij a^V_{i-j}`` (Shaw eq. 3's second term) for probabilities ``p``
-        ``(..., Lq, Lk)`` fp32 and the clipped distances from :meth:`add_scores`."""
-        aV = self.values.weight.float()
+        ``(..., Lq, Lk)`` (fp32 or fp64) and the clipped distances from :meth:`add_scores`."""
+        aV = self.values.weight.to(p.dtype)
         mass = p.new_zeros(*p.shape[:-1], aV.shape[0]).scatter_add(-1, dist, p)
         return mass @ aV

@@ -6,10 +6,12 @@ mapping ``{"name": ..., parameters}``, or a list of those, one per layer. The Sp
 families also build their attention from fields of their own (``pattern``, ``stride``,
 ``n_clusters``, ...), which is what their published configs hold. Those fields build the same
 registered mechanisms (:meth:`AttentionConfig.own_attention`), and they apply while ``attention``
-holds the family default ``"dense"`` (what every such ``config.json`` saved: it never meant dense
-attention there). Any other spec names the attention itself:
+holds one of the family's own values (:attr:`AttentionConfig.own_attention_values`: ``"dense"``,
+what every Sparse and Routing ``config.json`` saved, where it never meant dense attention; the
+Image Transformer's ``"local_1d"`` and ``"local_2d"``). Any other spec names the attention itself:
 
-- dense attention in such a family is ``{"name": "dense"}``, and is saved that way;
+- such a mechanism by its bare name in such a family is ``{"name": ...}`` (``{"name": "dense"}``),
+  and is saved that way;
 - the family's attention fields (:attr:`AttentionConfig.own_attention_fields`) must then keep
   their defaults: a spec beside a changed field is a :class:`~zoo.errors.ConfigError`, never a
   field silently ignored; :meth:`AttentionConfig.replace` resets them when ``attention`` alone is
@@ -45,12 +47,15 @@ class AttentionConfig:
     builds_own_attention: ClassVar[bool] = False
     # the fields that only shape the attention (they mean nothing once attention is named)
     own_attention_fields: ClassVar[tuple[str, ...]] = ()
+    # the values of `attention` that mean "from the family's own fields"
+    own_attention_values: ClassVar[tuple[str, ...]] = (OWN,)
 
     @property
     def names_attention(self) -> bool:
         """Whether ``attention`` names registered mechanisms (always, except in a family that
-        builds its own attention while ``attention`` holds its default ``"dense"``)."""
-        return not (self.builds_own_attention and self.attention == OWN)
+        builds its own attention while ``attention`` holds one of its own values)."""
+        own = isinstance(self.attention, str) and self.attention in self.own_attention_values
+        return not (self.builds_own_attention and own)
 
     def own_attention(self) -> tuple[AttentionSpec, ...]:
         """The mechanisms the family's own fields describe, one per layer (families that build
@@ -95,7 +100,7 @@ class AttentionConfig:
                 family's own.
         """
         if self.attention is None and self.builds_own_attention:
-            object.__setattr__(self, "attention", OWN)
+            object.__setattr__(self, "attention", self.own_attention_values[0])
         if not self.names_attention:
             self.own_attention()  # checks the fields' values
             return
@@ -106,19 +111,21 @@ class AttentionConfig:
         if changed:
             raise ConfigError(
                 f"attention={self.attention!r} names the attention, so {', '.join(changed)} "
-                f"would have no effect: give those as the mechanism's parameters, or leave "
-                f"attention at {OWN!r} to build it from {type(self).__name__}'s own fields"
+                f"would have no effect: give those as the mechanism's parameters, or set "
+                f"attention to {' or '.join(map(repr, self.own_attention_values))} to build it "
+                f"from {type(self).__name__}'s own fields"
             )
         saved = canonical_attention(self.attention, self.n_layers)
-        if saved == OWN and self.builds_own_attention:
-            saved = {"name": "dense"}  # not the family default, which means its own fields
+        if self.builds_own_attention and saved in self.own_attention_values:
+            saved = {"name": saved}  # the bare name would mean the family's own fields
         object.__setattr__(self, "attention", saved)
 
     def replace(self, **overrides: Any):
         """A copy with ``overrides`` applied; replacing ``attention`` by a spec resets the family's
         own attention fields that ``overrides`` leaves out to their defaults (a preset's pattern
         gives way to the named mechanism)."""
-        named = overrides.get("attention", OWN) not in (OWN, None)
+        value = overrides.get("attention")
+        named = not (value is None or (isinstance(value, str) and value in self.own_attention_values))
         if self.builds_own_attention and named:
             defaults = self._field_defaults(self.own_attention_fields)
             overrides = {k: v for k, v in defaults.items() if k not in overrides} | overrides

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from zoo.attention import HeadGroup, SparseSelfAttention, get_pattern
+from zoo.attention.mechanisms import AttentionSpec
+from zoo.attention.mechanisms.patterns import Local1DParams, Local2DParams
 from zoo.attention.patterns import AttentionPattern
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
@@ -53,21 +54,47 @@ class ImageTransformerConfig(TransformerConfig):
     vocab_size: int = 257  # 256 intensities + the start token
     max_seq_len: int = 3072  # H * W * C
     image_shape: tuple[int, int, int] = (32, 32, 3)  # (H, W, C)
-    attention: Literal["local_1d", "local_2d"] = "local_2d"
-    builds_own_attention: ClassVar[bool] = True  # its own local 1-D / 2-D attention
-    query_block: int = 256  # local_1d: l_q positions per query block
-    memory: int = 512  # local_1d: l_m positions before the block
-    query_height: int = 4  # local_2d: query block rows
-    query_width: int = 24  # local_2d: query block columns, in sub-pixels (8 RGB pixels)
-    memory_height: int = 4  # local_2d: memory rows above the block
-    memory_width: int = 24  # local_2d: memory columns left and right of the block
+    # "local_1d" or "local_2d": the registered mechanism of that name built from the fields below
+    # (own_attention); any other attention spec names the attention itself
+    # (zoo.models.attention_config), e.g. {"name": "local_2d", "memory_height": 8} or "moba"
+    attention: str | dict[str, Any] | tuple[str | dict[str, Any], ...] = "local_2d"
+    builds_own_attention: ClassVar[bool] = True
+    own_attention_values: ClassVar[tuple[str, ...]] = ("local_2d", "local_1d")
+    own_attention_fields: ClassVar[tuple[str, ...]] = (
+        "query_block", "memory", "query_height", "query_width", "memory_height", "memory_width",
+        "block_size",
+    )  # fmt: skip
+    # the knobs' defaults are the mechanisms' (zoo/attention/mechanisms/patterns.py)
+    query_block: int = Local1DParams.query_block  # local_1d: l_q positions per query block
+    memory: int = Local1DParams.memory  # local_1d: l_m positions before the block
+    query_height: int = Local2DParams.query_height  # local_2d: query block rows
+    query_width: int = Local2DParams.query_width  # local_2d: columns, in sub-pixels (8 pixels)
+    memory_height: int = Local2DParams.memory_height  # local_2d: memory rows above the block
+    memory_width: int = Local2DParams.memory_width  # local_2d: memory columns left and right
     position: Literal["coordinates", "learned", "sinusoidal", "rotary"] = "coordinates"
     scale_embeddings: bool = True  # sqrt(d_model): unit-variance tokens beside unit sinusoids
     tie_weights: bool = False  # tied, the input sub-pixel dominates the initial logits (13.6 nats)
-    block_size: int = 32  # block edge of the block-sparse layout (work, not semantics)
+    block_size: int = Local1DParams.block_size  # block-sparse layout's edge (work, not semantics)
+
+    def own_attention(self) -> tuple[AttentionSpec, ...]:
+        """The registered mechanism ``attention`` names (``local_1d`` or ``local_2d``) with this
+        config's fields, in every layer; ``local_2d``'s rows are the image's (``W C``)."""
+        if self.attention == "local_1d":
+            params = Local1DParams(query_block=self.query_block, memory=self.memory,
+                                   block_size=self.block_size)  # fmt: skip
+        else:
+            params = Local2DParams(
+                query_height=self.query_height, query_width=self.query_width,
+                memory_height=self.memory_height, memory_width=self.memory_width,
+                width=self.row_width, block_size=self.block_size,
+            )  # fmt: skip
+        return (AttentionSpec(self.attention, params),) * self.n_layers
 
     def structure(self) -> dict[str, Any]:
-        """Local 1-D or 2-D attention over the raster sequence (Parmar et al. 2018, §3.2)."""
+        """Local 1-D or 2-D attention over the raster sequence (Parmar et al. 2018, §3.2), or
+        the named attention's mechanisms."""
+        if self.names_attention:
+            return {**self.named_structure(), "image_shape": list(self.image_shape)}
         params = (
             {"query_block": self.query_block, "memory": self.memory}
             if self.attention == "local_1d"
@@ -78,20 +105,13 @@ class ImageTransformerConfig(TransformerConfig):
                 "image_shape": list(self.image_shape), "context": self.max_seq_len,
                 "position": self.position, "causal": True}  # fmt: skip
 
-    def _check_attention(self) -> None:
-        pass  # ``attention`` is this family's own Literal field, checked with the others
-
-    @property
-    def names_attention(self) -> bool:
-        """False: ``attention`` names this family's own local 1-D or 2-D pattern."""
-        return False
 
     def __post_init__(self) -> None:
         if isinstance(self.image_shape, list):  # from JSON / YAML
             object.__setattr__(self, "image_shape", tuple(self.image_shape))
-        super().__post_init__()
-        if len(self.image_shape) != 3 or min(self.image_shape) <= 0:
+        if len(self.image_shape) != 3 or min(self.image_shape) <= 0:  # before own_attention
             raise ConfigError(f"image_shape must be (H, W, C) > 0, got {self.image_shape}")
+        super().__post_init__()
         if math.prod(self.image_shape) > self.max_seq_len:
             raise ConfigError(
                 f"image_shape {self.image_shape} has {math.prod(self.image_shape)} sub-pixels, "
@@ -102,9 +122,6 @@ class ImageTransformerConfig(TransformerConfig):
                 f"position='coordinates' splits d_model into two sinusoid halves: d_model must "
                 f"be a multiple of 4, got {self.d_model}"
             )
-        if self.block_size <= 0:
-            raise ConfigError(f"block_size must be positive, got {self.block_size}")
-        self.pattern()  # validates the pattern's sizes
 
     @property
     def row_width(self) -> int:
@@ -112,17 +129,9 @@ class ImageTransformerConfig(TransformerConfig):
         return self.image_shape[1] * self.image_shape[2]
 
     def pattern(self) -> AttentionPattern:
-        """The local attention pattern of every layer."""
-        if self.attention == "local_1d":
-            return get_pattern("local_1d", query_block=self.query_block, memory=self.memory)
-        return get_pattern(
-            "local_2d",
-            width=self.row_width,
-            query_height=self.query_height,
-            query_width=self.query_width,
-            memory_height=self.memory_height,
-            memory_width=self.memory_width,
-        )
+        """The local attention pattern of every layer (the family's own fields)."""
+        params = self.own_attention()[0].params
+        return params.pattern(self.row_width) if self.attention == "local_2d" else params.pattern()
 
 
 def coordinate_encodings(n_positions: int, row_width: int, d_model: int) -> Tensor:
@@ -159,13 +168,6 @@ class ImageTransformerLM(TransformerLM):
         query_width=6, memory_height=1, memory_width=3,
     )  # fmt: skip
     config: ImageTransformerConfig
-
-    def build_attention(self, layer: int) -> nn.Module:
-        c = self.config
-        return SparseSelfAttention(
-            c.d_model, [HeadGroup(c.n_heads, c.pattern())], c.block_size, bias=c.bias,
-            rotary=c.position == "rotary",
-        )  # fmt: skip
 
     def build_positions(self) -> None:
         c = self.config

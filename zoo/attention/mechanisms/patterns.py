@@ -4,6 +4,10 @@
 
 - ``local``: a sliding window, ``A_i = {j : i - window < j <= i}`` (the Routing Transformer's
   local heads, Roy et al. 2020, §4; the Sparse Transformer's ``local`` baseline).
+- ``local_1d`` and ``local_2d``: the Image Transformer's block-local patterns (Parmar et al.
+  2018, §3.2, Figure 2): query blocks over the raster sequence, each attending to the earlier
+  positions of its memory (``local_2d`` on a grid of ``width`` positions a row: an image's
+  ``W C`` sub-pixels, the model's row by default).
 - ``strided`` and ``fixed``: the Sparse Transformer's factorized patterns (Child et al. 2019,
   §4.3, Figure 3b and 3c) with the paper's three ways of integrating their two components (§5.1):
   ``merged`` (Eq. 7: every head over ``A1 ∪ A2``), ``interleaved`` (Eq. 6: layer ``r`` uses
@@ -11,8 +15,8 @@
 
 ``block_size`` is the block edge of the block-sparse layouts: work, not semantics (every value
 gives the same outputs). No dropout on the attention probabilities (the paper drops the residual
-branches). The Sparse Transformer family builds these same mechanisms from its own fields
-(:meth:`zoo.models.sparse_transformer.SparseTransformerConfig.own_attention`).
+branches). The Sparse Transformer and Image Transformer families build these same mechanisms from
+their own fields (``own_attention`` of their configs).
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from zoo.attention.sparse import HeadGroup, SparseSelfAttention
 from zoo.config import CheckedFields, require_positive
 from zoo.errors import ConfigError
 
-__all__ = ["FixedParams", "LocalParams", "StridedParams", "head_groups"]
+__all__ = [
+    "FixedParams",
+    "Local1DParams",
+    "Local2DParams",
+    "LocalParams",
+    "StridedParams",
+    "head_groups",
+]
 
 Integration = Literal["merged", "interleaved", "multihead"]
 
@@ -47,6 +58,59 @@ class LocalParams(CheckedFields):
     def tiny(self) -> LocalParams:
         """These parameters for the tests' tiny models: a window of 6, blocks of 4."""
         return LocalParams(window=6, block_size=4)
+
+
+@dataclass(frozen=True)
+class Local1DParams(CheckedFields):
+    """1-D local attention's knobs (Parmar et al. 2018, §3.2)."""
+
+    query_block: int = 256  # l_q: positions per query block
+    memory: int = 512  # l_m: positions before the block
+    block_size: int = 32  # block edge of the block-sparse layout (work, not semantics)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_positive("local_1d", block_size=self.block_size)
+        self.pattern()  # checks the sizes
+
+    def pattern(self) -> AttentionPattern:
+        """The catalogue's :func:`~zoo.attention.patterns.local_1d` of these parameters."""
+        return get_pattern("local_1d", query_block=self.query_block, memory=self.memory)
+
+    def tiny(self) -> Local1DParams:
+        """These parameters for the tests' tiny models: blocks of 8 with 8 before them."""
+        return Local1DParams(query_block=8, memory=8, block_size=4)
+
+
+@dataclass(frozen=True)
+class Local2DParams(CheckedFields):
+    """2-D local attention's knobs (Parmar et al. 2018, §3.2)."""
+
+    query_height: int = 4  # query block rows
+    query_width: int = 24  # query block columns (sub-pixels: 8 RGB pixels)
+    memory_height: int = 4  # memory rows above the block
+    memory_width: int = 24  # memory columns left and right of the block
+    width: int | None = None  # positions per grid row; None: the model's image row (W C)
+    block_size: int = 32  # block edge of the block-sparse layout (work, not semantics)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_positive("local_2d", block_size=self.block_size, width=self.width)
+        self.pattern(self.width or self.query_width)  # checks the sizes
+
+    def pattern(self, width: int) -> AttentionPattern:
+        """The catalogue's :func:`~zoo.attention.patterns.local_2d` on rows of ``width``."""
+        return get_pattern(
+            "local_2d", width=width, query_height=self.query_height,
+            query_width=self.query_width, memory_height=self.memory_height,
+            memory_width=self.memory_width,
+        )  # fmt: skip
+
+    def tiny(self) -> Local2DParams:
+        """These parameters for the tests' tiny models: 2 x 6 blocks, 1 row and 3 columns of
+        memory."""
+        return replace(self, query_height=2, query_width=6, memory_height=1, memory_width=3,
+                       block_size=4)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -116,6 +180,21 @@ def _module(config, groups: list[HeadGroup], block_size: int) -> nn.Module:
 def build_local(config, layer: int, params: LocalParams) -> nn.Module:
     pattern: AttentionPattern = get_pattern("local", window=params.window)
     return _module(config, [HeadGroup(config.n_heads, pattern)], params.block_size)
+
+
+@register_attention("local_1d", Local1DParams)
+def build_local_1d(config, layer: int, params: Local1DParams) -> nn.Module:
+    return _module(config, [HeadGroup(config.n_heads, params.pattern())], params.block_size)
+
+
+@register_attention("local_2d", Local2DParams)
+def build_local_2d(config, layer: int, params: Local2DParams) -> nn.Module:
+    width = params.width or getattr(config, "row_width", None)
+    if width is None:
+        raise ConfigError(
+            "local_2d: give width (positions per grid row) in a model without an image shape"
+        )
+    return _module(config, [HeadGroup(config.n_heads, params.pattern(width))], params.block_size)
 
 
 @register_attention("strided", StridedParams)
