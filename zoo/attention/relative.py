@@ -41,8 +41,8 @@ class RelativePositions(nn.Module):
         """``scores + q_i . a^K_{i-j}`` (Shaw eq. 4's numerator term), with the clipped distances.
 
         ``q`` ``(..., Lq, D)`` and ``scores`` ``(..., Lq, Lk)`` of one dtype (fp32 or fp64),
-        ``distance`` int64 broadcastable to it. Returns the sum (broadcast to the joint shape) and the clipped
-        distances, which :meth:`values_of` takes.
+        ``distance`` int64 broadcastable to it. Returns the sum (broadcast to the joint shape)
+        and the clipped distances, which :meth:`values_of` takes.
         """
         dist = distance.clamp(0, self.max_distance)
         rel = q @ self.keys.weight.to(q.dtype).T  # (..., Lq, R): q_i . a^K_r for every distance r
