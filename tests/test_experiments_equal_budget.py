@@ -18,16 +18,25 @@ BASES = [equal_budget.BASE, *(equal_budget.HERE / name for name in equal_budget.
 EVERY_RUN = [(base, name) for base in BASES for name in equal_budget.runs_of(base)]
 
 
+def _parameters(model) -> int:
+    """Parameters outside the output layer (the Sparse Transformer's is untied)."""
+    head = {id(model.lm_head.weight)} if model.lm_head.weight is not model.tok_emb.weight else set()
+    return sum(p.numel() for p in model.parameters() if id(p) not in head)
+
+
 @pytest.mark.parametrize(("base", "name"), EVERY_RUN, ids=lambda x: getattr(x, "name", x))
 def test_every_run_builds_a_model_of_the_shared_size(base, name):
     preset, overrides, _ = equal_budget.runs_of(base)[name]
     size = equal_budget.size_of(base)
-    assert not set(overrides) & set(size), "a run may not change the shared size"
-    model = create_model(preset, **size, **overrides)
+    changed = set(overrides) & set(size)
+    assert changed <= {"d_ff"}, "a run may change the shared size only to balance parameters"
+    model = create_model(preset, **{**size, **overrides})
     config = yaml.safe_load(base.read_text())
     assert model.config.max_seq_len == config["data"]["init_args"]["seq_len"]
     for key, value in size.items():
-        assert getattr(model.config, key) == value
+        assert key in changed or getattr(model.config, key) == value
+    dense = create_model("transformer_lm_small_moba", **size, attention="dense")
+    assert abs(_parameters(model) / _parameters(dense) - 1) <= 0.05
     logits = model(torch.randint(0, 256, (1, 64))).logits
     assert logits.shape == (1, 64, 256)
 
@@ -35,7 +44,7 @@ def test_every_run_builds_a_model_of_the_shared_size(base, name):
 def test_only_the_top_w_run_is_not_causal():
     causal = {}
     for name, (preset, overrides, _) in equal_budget.RUNS.items():
-        structure = create_model(preset, **equal_budget.SIZE, **overrides).config.structure()
+        structure = create_model(preset, **{**equal_budget.SIZE, **overrides}).config.structure()
         causal[name] = structure.get("causal") is not False
     assert [n for n, c in causal.items() if not c] == ["routing_topw"]
 

@@ -5,7 +5,8 @@ Every run is ``zoo fit`` on a base config beside this file (``--base``: ``mqar_1
 ``copy_1024.yaml`` for the copy task): the same model size (2 layers,
 d = 128, 4 heads, d_ff = 512, context 1,024, rotary positions), the same training examples (the
 same seed: steps x 8 sequences of 1,024 bytes), the same 256 test sequences; only the attention
-differs (``RUNS``).
+differs (``RUNS``), and a row whose attention brings parameters of its own (NSA's compressors)
+takes them back in ``d_ff``, so that every row is within 5 % of the others.
 After each run the best checkpoint (lowest ``val/bpb``) is scored by
 :func:`zoo.data.task_accuracy_by_distance` on the test set. Each run writes ``result.json`` in its
 folder under ``--runs``; ``--report`` rebuilds the table (markdown, JSON, PNG under ``--out``) from
@@ -78,6 +79,20 @@ RUNS = {
     "routing_topw": (
         "routing_transformer_small", {"n_local_heads": 2},
         "2 local heads (window 128) + 2 top-w content-routing heads (reads ahead: not causal)",
+    ),
+    # block selection (issue 79): MoBA's own block and its best earlier block, 256 keys a query;
+    # NSA's window of 128, compressed tokens of 8 at stride 4, and 3 blocks of 64 (the first, the
+    # own and one chosen). NSA's compressors add 41K parameters, which d_ff 432 takes back
+    "moba_128": (
+        "transformer_lm_small_moba", {"attention": {"name": "moba", "block_size": 128, "top_k": 2}},
+        "MoBA, blocks of 128, top-2 (the own block and the best earlier one by mean key)",
+    ),
+    "nsa_128": (
+        "transformer_lm_small_nsa",
+        {"attention": {"name": "nsa", "compress_block": 8, "compress_stride": 4,
+                       "select_block": 64, "n_selected": 3, "n_initial": 1, "n_local": 1,
+                       "window": 128, "shared_kv": True}, "d_ff": 432},
+        "NSA: window 128, compressed 8/4, 3 selected blocks of 64 (first, own, one chosen)",
     ),
     "fixed": (
         "sparse_transformer_small", {},
@@ -206,6 +221,17 @@ RUNS_256 = {
     ),
     # the Sparse Transformer's patterns with stride 32: one step reaches the last 32 positions
     # (A1) or every 32nd (A2), so content copy only at d = 0 or 1 (mod 32) (docs §12a)
+    "moba_32": (
+        "transformer_lm_small_moba", {"attention": {"name": "moba", "block_size": 32, "top_k": 2}},
+        "MoBA, blocks of 32, top-2 (the own block and the best earlier one by mean key)",
+    ),
+    "nsa_32": (
+        "transformer_lm_small_nsa",
+        {"attention": {"name": "nsa", "compress_block": 8, "compress_stride": 4,
+                       "select_block": 32, "n_selected": 2, "n_initial": 0, "n_local": 1,
+                       "window": 32, "shared_kv": True}, "d_ff": 432},
+        "NSA: window 32, compressed 8/4, 2 selected blocks of 32 (own, one chosen)",
+    ),
     "strided_32": (
         "sparse_transformer_small_strided", {"stride": 32},
         "Sparse Transformer strided pattern, stride 32 (A1 the last 32, A2 every 32nd)",
