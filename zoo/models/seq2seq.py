@@ -28,6 +28,13 @@ from torch import Tensor, nn
 from zoo.attention import KVCache, LayerKVCache, MultiHeadAttention
 from zoo.attention.functional import masked_attention
 from zoo.attention.mappings import CONSTRAINED, MappingName
+from zoo.attention.mechanisms import (
+    AttentionSpec,
+    attention_pattern,
+    build_attention,
+    canonical_attention,
+    parse_attention,
+)
 from zoo.config import ModelConfig
 from zoo.errors import ConfigError, SequenceTooLongError
 from zoo.models.base import PretrainedMixin
@@ -50,6 +57,13 @@ class TransformerSeq2SeqConfig(ModelConfig):
     dropout: float = 0.1  # P_drop: sub-layer outputs and embedding sums (paper §5.4)
     attention_dropout: float = 0.0  # on attention probabilities (not in the paper)
     attention_mapping: MappingName = "softmax"  # every attention's; entmax15: Correia et al. 2019
+    # the decoder's self-attention: None, the paper's (with attention_mapping); or a registered
+    # causal mechanism, a mapping with its parameters, or one per decoder layer
+    # (zoo.attention.mechanisms: local, moba, nsa, ...). The encoder (bidirectional over a padded
+    # source) and the encoder-decoder attention keep attention_mapping
+    decoder_attention: str | dict[str, Any] | tuple[str | dict[str, Any], ...] | None = None
+    # what the mechanisms' builders read: positions are the paper's sinusoids, added to the input
+    position: ClassVar[str] = "sinusoidal"
     activation: Literal["relu", "gelu"] = "relu"
     norm: Literal["post", "pre"] = "post"  # post = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     share_embeddings: bool = True  # source, target and output embeddings one matrix (§3.4)
@@ -60,8 +74,18 @@ class TransformerSeq2SeqConfig(ModelConfig):
     def structure(self) -> dict[str, Any]:
         """Encoder self-attention over the whole source, causal decoder self-attention, and
         encoder-decoder attention (Vaswani et al. 2017, §3.2.3)."""
-        return {"pattern": "encoder-decoder", "mechanism": self.attention_mapping,
+        own = {} if self.decoder_attention is None else {
+            "decoder_pattern": attention_pattern(self.decoder_attention_specs),
+            "decoder_attention": self.decoder_attention,
+        }  # fmt: skip
+        return {"pattern": "encoder-decoder", "mechanism": self.attention_mapping, **own,
                 "context": self.max_seq_len, "position": "sinusoidal", "causal": True}  # fmt: skip
+
+    @property
+    def decoder_attention_specs(self) -> tuple[AttentionSpec, ...]:
+        """One :class:`~zoo.attention.mechanisms.AttentionSpec` per decoder layer (requires
+        ``decoder_attention``)."""
+        return parse_attention(self.decoder_attention, self.n_decoder_layers)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -80,6 +104,9 @@ class TransformerSeq2SeqConfig(ModelConfig):
                 f"attention_mapping={self.attention_mapping!r} needs upper bounds per source "
                 "word: use it in lstm_seq2seq, or softmax / sparsemax / entmax15 here"
             )
+        if self.decoder_attention is not None:  # checked, and saved with every parameter
+            saved = canonical_attention(self.decoder_attention, self.n_decoder_layers)
+            object.__setattr__(self, "decoder_attention", saved)
         if self.attention_mapping != "softmax" and self.attention_dropout:
             raise ConfigError(
                 f"attention_dropout applies to softmax attention only, not "
@@ -121,9 +148,17 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c: TransformerSeq2SeqConfig) -> None:
+    """Masked self-attention (the paper's, or the registered mechanism of
+    ``decoder_attention``), encoder-decoder attention and the feed-forward network."""
+
+    def __init__(self, c: TransformerSeq2SeqConfig, layer: int = 0) -> None:
         super().__init__()
-        self.self_attn = _attention(c)
+        self.mechanism = c.decoder_attention is not None
+        self.self_attn = (
+            build_attention(c.decoder_attention_specs[layer], c, layer)
+            if self.mechanism
+            else _attention(c)
+        )
         self.cross_attn = _attention(c)
         self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
         self.sub1, self.sub2, self.sub3 = _SubLayer(c), _SubLayer(c), _SubLayer(c)
@@ -135,7 +170,10 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         cache: LayerKVCache | None = None,
     ) -> Tensor:
-        x = self.sub1(x, lambda h: self.self_attn(h, causal=True, cache=cache))
+        if self.mechanism:  # a registered mechanism: attention(x, cache), causal by itself
+            x = self.sub1(x, lambda h: self.self_attn(h, cache))
+        else:
+            x = self.sub1(x, lambda h: self.self_attn(h, causal=True, cache=cache))
         x = self.sub2(x, lambda h: self.cross_attn(h, memory, key_padding_mask=src_mask))
         return self.sub3(x, self.ff)
 
@@ -211,7 +249,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         )
         self.emb_dropout = nn.Dropout(c.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c, i) for i in range(c.n_decoder_layers))
         final = c.norm == "pre"  # pre-norm stacks end with a LayerNorm; post-norm layers already do
         eps = c.layer_norm_eps
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=eps) if final else nn.Identity()
