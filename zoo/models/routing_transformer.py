@@ -20,7 +20,7 @@ Shape legend: B batch, T positions, C d_model, V vocab_size.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from zoo.attention import RoutingSelfAttention
 from zoo.attention.kmeans import CENTROID_DEFAULTS, CentroidInit, ReviveSplit
 from zoo.attention.mechanisms import AttentionSpec
+from zoo.attention.mechanisms.routing import layer_spec
 from zoo.attention.routing import RoutingMode, RoutingParams, RoutingSpec
 from zoo.errors import ConfigError
 from zoo.models.registry import register_model, register_preset
@@ -42,7 +43,7 @@ class RoutingTransformerConfig(TransformerConfig):
     # the attention: the fields below build the registered mechanism `routing` in every layer
     # (own_attention) while `attention` is "dense"; a named attention takes their place
     # (zoo.models.attention_config). Their defaults and checks are RoutingParams'
-    # (zoo/attention/routing.py), which says what each does.
+    # (zoo/attention/routing_params.py), which says what each does.
     builds_own_attention: ClassVar[bool] = True
     # none: relative only (max_relative_position); rotary: turns the local heads' queries and keys
     position: Literal["learned", "sinusoidal", "rotary", "none"] = "learned"
@@ -137,9 +138,7 @@ class RoutingTransformerConfig(TransformerConfig):
     def routing_spec(self, layer: int) -> RoutingSpec:
         """Layer ``layer``'s :class:`RoutingSpec`: :meth:`routing_params` with the width, heads,
         rotary positions (which turn the local heads) and biases of this config."""
-        return RoutingSpec(d_model=self.d_model, n_heads=self.n_heads,
-                           **asdict(self.routing_params(layer)),
-                           rotary=self.position == "rotary", bias=self.bias)  # fmt: skip
+        return layer_spec(self, self.routing_params(layer))
 
     def own_attention(self) -> tuple[AttentionSpec, ...]:
         """The registered mechanism ``routing`` in every layer, with :meth:`routing_params`."""

@@ -22,17 +22,27 @@ from zoo.attention.mechanisms import register_attention
 from zoo.attention.routing import RoutingParams, RoutingSelfAttention, RoutingSpec
 from zoo.errors import ConfigError
 
-__all__: list[str] = []
+__all__ = ["layer_spec"]
 
 
-@register_attention("routing", RoutingParams)
-def build_routing(config, layer: int, params: RoutingParams) -> nn.Module:
+def layer_spec(config, params: RoutingParams) -> RoutingSpec:
+    """The :class:`RoutingSpec` of a layer with ``params`` in a model of ``config``: its width,
+    heads, rotary positions (which turn the local heads) and biases, and the causal window of its
+    context when ``params`` leaves it ``None``.
+
+    Raises:
+        ConfigError: more local heads than the model has heads.
+    """
     if params.n_local_heads > config.n_heads:
         raise ConfigError(
             f"routing: n_local_heads={params.n_local_heads} exceeds the model's "
             f"n_heads={config.n_heads}"
         )
     values = dataclasses.asdict(params.at_context(config.max_seq_len))
-    spec = RoutingSpec(d_model=config.d_model, n_heads=config.n_heads, **values,
+    return RoutingSpec(d_model=config.d_model, n_heads=config.n_heads, **values,
                        rotary=config.position == "rotary", bias=config.bias)  # fmt: skip
-    return RoutingSelfAttention(spec, seed=layer)
+
+
+@register_attention("routing", RoutingParams)
+def build_routing(config, layer: int, params: RoutingParams) -> nn.Module:
+    return RoutingSelfAttention(layer_spec(config, params), seed=layer)
