@@ -82,14 +82,15 @@ class SparseTransformerConfig(TransformerConfig):
         ``distinct_summaries`` for fixed) with ``block_size``; ``causal`` is ``dense``."""
         common = {"stride": self.stride, "integration": self.integration,
                   "block_size": self.block_size}  # fmt: skip
-        spec = {
-            "fixed": lambda: AttentionSpec("fixed", FixedParams(
-                **common, c=self.c, distinct_summaries=self.distinct_summaries)),
-            "strided": lambda: AttentionSpec("strided", StridedParams(**common)),
-            "local": lambda: AttentionSpec(
-                "local", LocalParams(window=self.window, block_size=self.block_size)),
-            "causal": lambda: AttentionSpec("dense", NoParams()),
-        }[self.pattern]()  # fmt: skip
+        if self.pattern == "fixed":
+            c, distinct = self.c, self.distinct_summaries
+            spec = AttentionSpec("fixed", FixedParams(**common, c=c, distinct_summaries=distinct))
+        elif self.pattern == "strided":
+            spec = AttentionSpec("strided", StridedParams(**common))
+        elif self.pattern == "local":
+            spec = AttentionSpec("local", LocalParams(window=self.window, block_size=self.block_size))
+        else:  # causal
+            spec = AttentionSpec("dense", NoParams())
         return (spec,) * self.n_layers
 
     def structure(self) -> dict[str, Any]:
