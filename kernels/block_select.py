@@ -15,10 +15,14 @@ even inside one block of queries.
 How (the varlen design of MoBA's reference code, on a CPU): every (query, chosen block) pair is
 one row of work. The pairs are sorted by block and cut into chunks of :data:`ROWS` queries of one
 block, so each chunk is a ``(ROWS, D) x (D, b)`` matrix product against its block's keys,
-gathered once per chunk (never per query). Each pair keeps its row maximum, its sum of
-exponentials and its unnormalised output, and a query's pairs are merged as the pieces of one
-softmax over the union (online-softmax rescaling). Autograd differentiates it all; the maxima
-are constants of the result, so they carry no gradient.
+gathered once per chunk (never per query). In training (causal, ``T = S``) the pairs of a query
+and its own block, the only ones with keys to mask, are left out of the chunks: they are one
+block-diagonal causal attention over the blocks as they lie. Each piece keeps its log-sum-exp and
+its normalised output, and a query's pieces are merged as the pieces of one softmax over the
+union (online-softmax rescaling), by a gather into a ``(queries, n)`` grid and sums over its
+choices; the key blocks' gradients are segmented sums over their adjacent chunks. No scatter
+adds: on a CPU they cost more than the attention. The maxima are constants of the result, so
+they carry no gradient.
 
 Shape legend: B batch, H heads, T queries, S keys, D head dim, b block_size, nb key blocks,
 n chosen blocks per query, P (query, block) pairs, NC chunks, R rows per chunk.
@@ -43,7 +47,7 @@ __all__ = [
 ]
 
 GATHER_QUERIES = 8  # up to this many queries (decoding) take the gather path
-ROWS = 64  # queries per chunk (padding costs at most ROWS - 1 rows per key block)
+ROWS = 128  # queries per chunk (padding costs at most ROWS - 1 rows per key block)
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, blocks: Tensor, block_size: int) -> None:
@@ -108,7 +112,9 @@ class _Plan:
 
     Chunks that hold a pair with keys to mask (the query's own block, a partial last block) come
     first (``n_masked`` of them, with their ``allowed`` mask ``(NM, R, b)``), so both groups are
-    slices. A pair with no allowed key is dropped here, so every pair has one.
+    slices. A pair with no allowed key is dropped here, so every pair has one. With ``diagonal``
+    (causal, ``T = S``), the pairs of a query and its own block are not in the chunks: they are
+    the block-diagonal causal attention of :class:`_FlashCPU`, and no chunk needs a mask.
     """
 
     qi: Tensor  # (P,) flat query index into (B H T)
@@ -119,19 +125,28 @@ class _Plan:
     n_masked: int  # NM
     allowed: Tensor  # (NM, R, b) bool
     slot: Tensor  # (NC R,) the query row of each chunk row; the padding rows point past the end
+    grid: Tensor  # (B H T n,) each (query, choice)'s row in [chunk rows | diagonal rows | none]
+    order: Tensor  # (NC,) where each chunk sits, chunks in block order
+    lengths: Tensor  # (B H nb,) chunks per key block
+    own: Tensor | None  # (B H T,) bool, diagonal only: the query chose its own block
+    none: int  # the row of grid's "no piece": the number of piece rows
 
 
-def _plan(blocks: Tensor, S: int, b: int, causal: bool) -> _Plan:
+def _plan(blocks: Tensor, S: int, b: int, causal: bool, diagonal: bool = False) -> _Plan:
     B, H, T, n = blocks.shape
     dev, nb = blocks.device, math.ceil(S / b)
+    qpos = torch.arange(S - T, S, device=dev).view(T, 1)
     valid = (blocks >= 0) & (blocks < nb)
     if causal:  # a block that starts after the query has no key for it
-        valid = valid & (blocks * b <= torch.arange(S - T, S, device=dev).view(T, 1))
-    flat = _unique(blocks.masked_fill(~valid, -1)).reshape(-1)  # (B H T n)
+        valid = valid & (blocks * b <= qpos)
+    flat = _unique(blocks.masked_fill(~valid, -1))  # (B, H, T, n)
+    own = (flat == qpos // b) if diagonal else None  # (B, H, T, n)
+    flat = (flat.masked_fill(own, -1) if diagonal else flat).reshape(-1)  # (B H T n)
     pair = (flat >= 0).nonzero().squeeze(1)
     gid = flat[pair] + pair // (T * n) * nb
-    order = torch.argsort(gid, stable=True)
-    pair, gid = pair[order], gid[order]  # (P,) by block, then by query
+    # by block, then by query: the keys are unique, so an unstable sort gives the stable order
+    pair = pair[torch.sort(gid * flat.numel() + pair).indices]
+    gid = flat[pair] + pair // (T * n) * nb  # (P,)
     counts = torch.bincount(gid, minlength=B * H * nb)
     rows = max(1, min(ROWS, int(counts.max()) if pair.numel() else 1))
     rank = torch.arange(pair.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[gid]
@@ -153,9 +168,18 @@ def _plan(blocks: Tensor, S: int, b: int, causal: bool) -> _Plan:
     key = (chunk_block[:nm] % nb)[:, None] * b + torch.arange(b, device=dev)  # (NM, b)
     allowed = (key[:, None, :] < S) & ((key[:, None, :] <= at[..., None]) if causal else True)
     allowed = allowed | (at < 0)[..., None]  # padding rows: any key (never read)
-    slot = torch.full((chunk_block.numel() * rows,), B * H * T, device=dev)
+    n_rows = chunk_block.numel() * rows
+    slot = torch.full((n_rows,), B * H * T, device=dev)
     slot[chunk * rows + row] = qi
-    return _Plan(qi, chunk, row, chunk_block, rows, nm, allowed, slot)
+    none = n_rows + B * H * nb * b * diagonal  # the row after the last piece's: no piece
+    grid = torch.full((flat.numel(),), none, device=dev)
+    grid[pair] = chunk * rows + row
+    if diagonal:  # the query's row in the (B H, nb b) padded layout of the diagonal blocks
+        at_own = own.reshape(-1).nonzero().squeeze(1)
+        grid[at_own] = n_rows + at_own // (T * n) * (nb * b) + at_own // n % T
+        own = own.any(-1).reshape(-1)
+    return _Plan(qi, chunk, row, chunk_block, rows, nm, allowed, slot, grid, new_id, chunks, own,
+                 none)  # fmt: skip
 
 
 def _chunks(x: Tensor, plan: _Plan) -> Tensor:
@@ -164,17 +188,33 @@ def _chunks(x: Tensor, plan: _Plan) -> Tensor:
     return padded[plan.slot].view(-1, plan.rows, x.shape[-1])
 
 
-def _merge(o: Tensor, lse: Tensor, qi: Tensor, n_queries: int) -> tuple[Tensor, Tensor]:
-    """The pairs' normalised outputs ``o`` ``(P, Dv)`` and log-sum-exps ``lse`` ``(P,)`` -> each
-    query's output over the union of its pairs ``(n_queries, Dv)`` fp32 and its log-sum-exp
-    (``-inf`` and zeros for a query without pairs)."""
-    top = lse.new_full((n_queries,), float("-inf")).scatter_reduce(0, qi, lse.detach(), "amax")
+def _merge(o: Tensor, lse: Tensor, grid: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The pieces' normalised outputs ``o`` ``(N, Dv)`` and log-sum-exps ``lse`` ``(N,)`` (the last
+    row: no piece, ``-inf``) -> each query's output over the union of its ``n`` choices' pieces,
+    ``(Q, Dv)`` in ``lse``'s dtype, and its log-sum-exp ``(Q,)`` (``-inf`` and zeros for a query
+    without pieces). ``grid`` ``(Q n,)`` is the row of each (query, choice): a gather and sums
+    over the choices, no scatter."""
+    og = o.index_select(0, grid).to(lse.dtype).view(-1, n, o.shape[-1])  # (Q, n, Dv)
+    lg = lse.index_select(0, grid).view(-1, n)
+    top = lg.detach().amax(-1, keepdim=True)
     top = torch.where(top.isfinite(), top, 0.0)
-    w = torch.exp(lse - top[qi])  # (P,)
-    den = w.new_zeros(n_queries).index_add(0, qi, w)
-    out = o.new_zeros(n_queries, o.shape[-1]).index_add(0, qi, o * w[:, None])
-    out = out / torch.where(den > 0, den, 1.0)[:, None]
-    return out, torch.where(den > 0, top + den.log(), float("-inf"))
+    w = torch.exp(lg - top)  # (Q, n)
+    den = w.sum(-1, keepdim=True)
+    out = (og * w[..., None]).sum(1) / torch.where(den > 0, den, 1.0)
+    return out, torch.where(den > 0, top + den.log(), float("-inf"))[:, 0]
+
+
+def _rows(x: Tensor, none: float) -> Tensor:
+    """``(N, d)`` -> ``(N + 1, d)``, the last row filled with ``none``: the row of no piece."""
+    return torch.cat([x, x.new_full((1, x.shape[-1]), none)])
+
+
+def _pieces(plan: _Plan, new_empty, d: int, none: float) -> Tensor:  # noqa: ANN001
+    """An empty ``(N + 1, d)`` buffer of every piece's rows, chunk rows then (with
+    ``plan.own``) the diagonal's, as ``plan.grid`` counts them; the last row is ``none``."""
+    x = new_empty(plan.none + 1, d)
+    x[-1] = none
+    return x
 
 
 def _torch_path(q: Tensor, k: Tensor, v: Tensor, plan: _Plan, b: int, scale: float) -> Tensor:
@@ -190,8 +230,9 @@ def _torch_path(q: Tensor, k: Tensor, v: Tensor, plan: _Plan, b: int, scale: flo
     e = torch.exp(s - m[..., None])
     l = e.sum(-1)
     o = torch.bmm(e.to(v.dtype), vb[plan.chunk_block]).to(acc) / l[..., None]
-    lse = (m + l.log())[plan.chunk, plan.row]
-    out, _ = _merge(o[plan.chunk, plan.row], lse, plan.qi, B * H * T)
+    n = plan.grid.numel() // (B * H * T)
+    lse = _rows((m + l.log()).reshape(-1, 1), float("-inf"))[:, 0]
+    out, _ = _merge(_rows(o.reshape(-1, o.shape[-1]), 0.0), lse, plan.grid, n)
     return out.to(v.dtype).view(B, H, T, -1)
 
 
@@ -225,7 +266,7 @@ def _key_blocks(x: Tensor, b: int) -> Tensor:
     """``(B, H, S, d)`` -> ``(B H nb, b, d)``, the last block padded with zeros."""
     B, H, S, d = x.shape
     nb = math.ceil(S / b)
-    return F.pad(x, (0, 0, 0, nb * b - S)).reshape(B * H * nb, b, d)
+    return (F.pad(x, (0, 0, 0, nb * b - S)) if nb * b > S else x).reshape(B * H * nb, b, d)
 
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -243,8 +284,9 @@ def _additive(allowed: Tensor, dtype: torch.dtype) -> Tensor:
 
 class _FlashCPU(torch.autograd.Function):
     """The chunks through PyTorch's fused CPU attention kernel (the one SDPA uses), forward
-    and backward. The backward gives each chunk the merged output and log-sum-exp of its
-    queries, so every piece's gradient is that of the one softmax over the union (the
+    and backward; with ``plan.own``, the queries' own blocks as one block-diagonal causal
+    call (no mask, no gather). The backward gives each piece the merged output and log-sum-exp
+    of its queries, so every piece's gradient is that of the one softmax over the union (the
     recombination ring attention and MoBA's reference code use)."""
 
     @staticmethod
@@ -253,10 +295,12 @@ class _FlashCPU(torch.autograd.Function):
         qp = _chunks(q.reshape(-1, D), plan)[:, None]  # (NC, 1, R, D)
         kc = _key_blocks(k, b)[plan.chunk_block][:, None]  # (NC, 1, b, D)
         vc = _key_blocks(v, b)[plan.chunk_block][:, None]
-        nm, NC = plan.n_masked, plan.chunk_block.numel()
-        o = qp.new_empty(NC, plan.rows, vc.shape[-1])  # (NC, R, Dv)
+        nm, NC, R = plan.n_masked, plan.chunk_block.numel(), plan.rows
         acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
-        lse = torch.empty(NC, plan.rows, dtype=acc, device=q.device)
+        # every piece's rows, written once where _merge reads them: [chunks | diagonal | none]
+        o_all = _pieces(plan, qp.new_empty, vc.shape[-1], 0.0)
+        lse_all = _pieces(plan, lambda *n: qp.new_empty(*n, dtype=acc), 1, -math.inf)[:, 0]
+        o, lse = o_all[: NC * R].view(NC, R, o_all.shape[-1]), lse_all[: NC * R].view(NC, R)
         for part, mask in (
             (slice(0, nm), _additive(plan.allowed, q.dtype)),
             (slice(nm, None), None),
@@ -266,26 +310,31 @@ class _FlashCPU(torch.autograd.Function):
                     x[:, 0]
                     for x in _FLASH(qp[part], kc[part], vc[part], attn_mask=mask, scale=scale)
                 )
-        out, LSE = _merge(o[plan.chunk, plan.row].to(acc), lse[plan.chunk, plan.row], plan.qi,
-                          B * H * T)  # fmt: skip
+        diag = (None,) * 4
+        if plan.own is not None:  # (B H nb, 1, b, D): each block's queries on its own keys
+            diag = tuple(_key_blocks(x, b)[:, None] for x in (q, k, v))
+            od, lsed = _FLASH(*diag, is_causal=True, scale=scale)[:2]
+            o_all[NC * R : -1], lse_all[NC * R : -1] = od.reshape(-1, od.shape[-1]), lsed.reshape(-1)
+            diag = (*diag, lse_all[NC * R : -1].view(-1, b))
+        out, LSE = _merge(o_all, lse_all, plan.grid, plan.grid.numel() // (B * H * T))
         out = out.to(v.dtype)
-        ctx.save_for_backward(qp, kc, vc, out, LSE)
+        ctx.save_for_backward(qp, kc, vc, out, LSE, *diag)
         ctx.plan, ctx.b, ctx.scale, ctx.shapes = plan, b, scale, (k.shape, v.shape)
         return out.view(B, H, T, -1)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001, ANN205
-        qp, kc, vc, out, LSE = ctx.saved_tensors
+        qp, kc, vc, out, LSE, qd, kd, vd, lsed = ctx.saved_tensors
         plan, nm, kshape = ctx.plan, ctx.plan.n_masked, ctx.shapes[0]
         B, H, S = kshape[:3]
-        T, b = out.shape[0] // (B * H), ctx.b
-        nb = math.ceil(S / b)
+        T, b, D, R = out.shape[0] // (B * H), ctx.b, qp.shape[-1], plan.rows
+        nb, NC = math.ceil(S / b), qp.shape[0]
         g = _chunks(grad.reshape(-1, out.shape[-1]).to(out.dtype), plan)[:, None]
         o = _chunks(out, plan)[:, None]
         lse = _chunks(LSE[:, None], plan)[:, None, :, 0]  # (NC, 1, R)
-        dq = qp.new_zeros(qp.shape[0], plan.rows, qp.shape[-1])  # (NC, R, D)
-        dk = kc.new_zeros(B * H * nb, b, kc.shape[-1])  # (B H nb, b, D)
-        dv = vc.new_zeros(B * H * nb, b, vc.shape[-1])
+        dq_all = _pieces(plan, qp.new_empty, D, 0.0)  # as in forward: [chunks | diagonal | none]
+        dq = dq_all[: NC * R].view(NC, R, D)
+        dk, dv = kc.new_empty(NC, b, D), vc.new_empty(NC, b, vc.shape[-1])  # the parts cover them
         for part, mask in (
             (slice(0, nm), _additive(plan.allowed, qp.dtype)),
             (slice(nm, None), None),
@@ -296,10 +345,28 @@ class _FlashCPU(torch.autograd.Function):
                 g[part], qp[part], kc[part], vc[part], o[part], lse[part], 0.0, False,
                 attn_mask=mask, scale=ctx.scale,
             )  # fmt: skip
-            dq[part] = dqc[:, 0]
-            dk.index_add_(0, plan.chunk_block[part], dkc[:, 0])
-            dv.index_add_(0, plan.chunk_block[part], dvc[:, 0])
-        dq = dq.new_zeros(B * H * T, dq.shape[-1]).index_add(0, plan.qi, dq[plan.chunk, plan.row])
+            dq[part], dk[part], dv[part] = dqc[:, 0], dkc[:, 0], dvc[:, 0]
+        # each key block's chunks are adjacent in block order: one segmented sum, no scatter
+        dk, dv = (
+            torch.segment_reduce(
+                (x[plan.order] if nm else x).flatten(1), "sum", lengths=plan.lengths
+            )
+            .view(B * H * nb, b, -1)
+            for x in (dk, dv)
+        )  # fmt: skip
+        if plan.own is not None:  # the diagonal, given the merged output of the queries that chose it
+            def blocks(x: Tensor) -> Tensor:  # (B H T, d) -> (B H nb, 1, b, d)
+                return _key_blocks(x.view(B, H, T, -1), b)[:, None]
+
+            own = blocks(plan.own[:, None].to(LSE.dtype))[..., 0] > 0  # (B H nb, 1, b)
+            gd = blocks(grad.reshape(-1, out.shape[-1]).to(out.dtype)) * own[..., None]
+            ld = torch.where(own, blocks(LSE[:, None])[..., 0], lsed[:, None])
+            dqd, dkd, dvd = _FLASH_BACKWARD(
+                gd, qd, kd, vd, blocks(out), ld, 0.0, True, scale=ctx.scale
+            )  # fmt: skip
+            dq_all[NC * R : -1], dk, dv = dqd.reshape(-1, D), dk + dkd[:, 0], dv + dvd[:, 0]
+        n = plan.grid.numel() // (B * H * T)
+        dq = dq_all.index_select(0, plan.grid).view(-1, n, D).to(LSE.dtype).sum(1).to(qp.dtype)
         dk = dk.view(B, H, nb * b, -1)[:, :, :S]
         dv = dv.view(B, H, nb * b, -1)[:, :, :S]
         return dq.view(B, H, T, -1), dk, dv, None, None, None
@@ -346,9 +413,10 @@ def block_select_attention(
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if path == "gather" or (path == "auto" and q.shape[2] <= GATHER_QUERIES):
         return _gather_path(q, k, v, blocks, block_size, causal, scale)
-    plan = _plan(blocks, k.shape[2], block_size, causal)
     flash = _FLASH is not None and q.device.type == "cpu" and q.dtype == k.dtype == v.dtype
     if path == "flash_cpu" or (path == "auto" and flash):
+        diagonal = causal and q.shape[2] == k.shape[2]  # own blocks: one block-diagonal call
+        plan = _plan(blocks, k.shape[2], block_size, causal, diagonal)
         with torch.autocast("cpu", enabled=False):
             return _FlashCPU.apply(q, k, v, plan, block_size, scale)
-    return _torch_path(q, k, v, plan, block_size, scale)
+    return _torch_path(q, k, v, _plan(blocks, k.shape[2], block_size, causal), block_size, scale)
