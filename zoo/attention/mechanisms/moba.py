@@ -48,6 +48,7 @@ from zoo.kernels.block_sparse import masked_attention_ref
 
 __all__ = [
     "MoBAParams",
+    "block_means",
     "MoBASelfAttention",
     "moba_attention",
     "moba_attention_ref",
@@ -80,13 +81,25 @@ def _check(q: Tensor, k: Tensor, block_size: int, top_k: int) -> None:
         )
 
 
+def block_means(k: Tensor, block_size: int, start: int = 0) -> Tensor:
+    """The mean key of every whole block ``(B, H, nf, D)`` fp32 of ``k[:, :, start:]``
+    ``(B, H, S, D)`` (``start`` a multiple of ``block_size``): the gate's block representation."""
+    B, H, S, D = k.shape
+    nf = (S - start) // block_size
+    return k[:, :, start : start + nf * block_size].float().view(B, H, nf, block_size, D).mean(3)
+
+
 @torch.no_grad()
-def moba_blocks(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
+def moba_blocks(
+    q: Tensor, k: Tensor, *, block_size: int, top_k: int, means: Tensor | None = None
+) -> Tensor:
     """The blocks each query attends to (§2.2's gate and top-k), ``(B, H, T, top_k)`` int64.
 
     ``q`` ``(B, H, T, D)`` are the last ``T`` of the ``S`` positions of ``k`` ``(B, H, S, D)``.
     Column 0 is the query's own block; the others are the ``top_k - 1`` eligible blocks with the
     largest ``<q, mean(K[block])>`` (fp32), best first, and ``-1`` where fewer are eligible.
+    ``means`` ``(B, H, S // block_size, D)`` fp32: the whole blocks' :func:`block_means`, when
+    the caller keeps them (a decoding cache); computed from ``k`` when ``None``.
     """
     B, H, T, D = q.shape
     S = k.shape[2]
@@ -96,7 +109,7 @@ def moba_blocks(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
     n_past = min(top_k - 1, nf)
     if n_past == 0:
         return torch.cat([own, own.new_full((B, H, T, top_k - 1), -1)], -1)
-    means = k[:, :, : nf * block_size].float().view(B, H, nf, block_size, D).mean(3)
+    means = block_means(k, block_size) if means is None else means
     gate = q.float() @ means.transpose(-1, -2)  # (B, H, T, nf)
     eligible = torch.arange(nf, device=q.device) < qpos[:, None] // block_size  # (T, nf)
     score, index = gate.masked_fill(~eligible, float("-inf")).topk(n_past, -1)
@@ -105,7 +118,9 @@ def moba_blocks(q: Tensor, k: Tensor, *, block_size: int, top_k: int) -> Tensor:
     return torch.cat([own, index, empty], -1)
 
 
-def moba_attention(q: Tensor, k: Tensor, v: Tensor, *, block_size: int, top_k: int) -> Tensor:
+def moba_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, block_size: int, top_k: int, means: Tensor | None = None
+) -> Tensor:
     """Causal MoBA attention (Lu et al. 2025, §2.2; the module docstring has the definition).
 
     Args:
@@ -114,6 +129,8 @@ def moba_attention(q: Tensor, k: Tensor, v: Tensor, *, block_size: int, top_k: i
         k, v: ``(B, H, S, D)`` keys and values.
         block_size: MoBA's ``B``, key positions per block.
         top_k: blocks per query, its own block included.
+        means: the whole blocks' mean keys ``(B, H, S // block_size, D)`` fp32 when the caller
+            keeps them (:func:`block_means`; a decoding cache does), else computed from ``k``.
 
     Returns:
         ``(B, H, T, D)`` in the dtype of ``v``.
@@ -129,7 +146,7 @@ def moba_attention(q: Tensor, k: Tensor, v: Tensor, *, block_size: int, top_k: i
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         mask = torch.arange(S, device=q.device) <= torch.arange(S - T, S, device=q.device)[:, None]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    blocks = moba_blocks(q, k, block_size=block_size, top_k=top_k)
+    blocks = moba_blocks(q, k, block_size=block_size, top_k=top_k, means=means)
     return block_select_attention(q, k, v, blocks, block_size)
 
 
@@ -184,10 +201,24 @@ class MoBASelfAttention(CausalSelfAttention):
     def forward(self, x: Tensor, cache: LayerKVCache | None = None) -> Tensor:
         past = cache.seq_len if cache is not None else 0
         q, k, v = self.split_heads(x, past)  # (B, H, T, D)
+        means = None
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S, D)
-        y = moba_attention(q, k, v, block_size=self.block_size, top_k=self.top_k)
+            means = self._remember_means(cache, k, past)
+        y = moba_attention(q, k, v, block_size=self.block_size, top_k=self.top_k, means=means)
         return self.merge_heads(y)
+
+    def _remember_means(self, cache: LayerKVCache, k: Tensor, past: int) -> Tensor:
+        """Each block's mean key, computed once, when the block completes, and kept in
+        ``cache`` at its last position: a decoding step reads ``S / block_size`` means, not the
+        ``S`` keys. Returns the whole blocks' means ``(B, H, S // block_size, D)`` fp32."""
+        b = self.block_size
+        B, H, S, D = k.shape
+        new = k.new_zeros(B, H, S - past, D, dtype=torch.float32)  # zeros: read by nobody
+        first = past // b  # the first block ending at or after past
+        if S // b > first:
+            new[:, :, first * b + b - 1 - past :: b] = block_means(k, b, first * b)
+        return cache.update_aux("moba_block_means", new)[:, :, b - 1 :: b]
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, top_k={self.top_k}"
