@@ -16,7 +16,8 @@ softmax scaled by ``1/sqrt(d_head)``, to the union of its ``top_k`` chosen block
 - each head routes on its own.
 
 Decoding with a cache is real MoBA: the new query scores the blocks of the cached keys, as in the
-full forward, so both give the same outputs (the paper's reference code falls back to full
+full forward (each block's mean key is kept in the cache once the block completes), so both give
+the same outputs (the paper's reference code falls back to full
 attention when decoding). The paper keeps the last few layers full (a hybrid); here that is a
 per-layer spec, e.g. ``attention=[{"name": "moba", ...}] * 3 + ["dense"]``.
 
