@@ -117,9 +117,6 @@ class _Plan:
     the block-diagonal causal attention of :class:`_FlashCPU`, and no chunk needs a mask.
     """
 
-    qi: Tensor  # (P,) flat query index into (B H T)
-    chunk: Tensor  # (P,) chunk of the pair
-    row: Tensor  # (P,) row of the pair in its chunk
     chunk_block: Tensor  # (NC,) global key block (into B H nb) of each chunk
     rows: int  # R
     n_masked: int  # NM
@@ -178,8 +175,7 @@ def _plan(blocks: Tensor, S: int, b: int, causal: bool, diagonal: bool = False) 
         at_own = own.reshape(-1).nonzero().squeeze(1)
         grid[at_own] = n_rows + at_own // (T * n) * (nb * b) + at_own // n % T
         own = own.any(-1).reshape(-1)
-    return _Plan(qi, chunk, row, chunk_block, rows, nm, allowed, slot, grid, new_id, chunks, own,
-                 none)  # fmt: skip
+    return _Plan(chunk_block, rows, nm, allowed, slot, grid, new_id, chunks, own, none)
 
 
 def _chunks(x: Tensor, plan: _Plan) -> Tensor:
