@@ -19,15 +19,16 @@ SENTENCES ?= Ein Mann fährt mit dem Fahrrad durch den Park.
 
 comma := ,
 
-.PHONY: setup run train test lint lock test-latest
+.PHONY: setup run train test lint lock test-latest docs
 
 # Every dependency at the exact version of requirements/lock.txt (the versions the suite passed
 # with), then the zoo itself without resolving or downloading anything more (built with the
 # lock's setuptools, not the newest one). The lock holds the extras too: triton
 # (the kernels on a GPU; on a CPU their tests run in Triton's interpreter), transformers and lm-eval
-# (the integrations) and the dev tools. `make lock` refreshes it; `make test-latest` tries the newest.
+# (the integrations), the dev tools and docs (the site's generator, `make docs`). `make lock`
+# refreshes it; `make test-latest` tries the newest.
 LOCK := requirements/lock.txt
-EXTRAS := dev,triton,transformers,lm-eval
+EXTRAS := dev,triton,transformers,lm-eval,docs
 
 $(VENV)/.installed: $(LOCK) pyproject.toml
 	rm -rf $(VENV)
@@ -86,6 +87,11 @@ test-latest: $(FASHION_MNIST)
 	$(LATEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
 	$(LATEST)/bin/pip freeze --exclude-editable > $(LATEST)/versions.txt
 	$(LATEST)/bin/python -m pytest -q -n 2 --dist worksteal -p no:cacheprovider
+
+# The documentation site (mkdocs.yml) into site/, strict: a broken link or anchor, a nav entry
+# without its page or a docstring that does not render fails it. `$(BIN)/mkdocs serve` previews it.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # ruff, and the layer contract in pyproject.toml (docs/architecture.md): an upward import fails here
 lint: setup

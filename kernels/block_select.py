@@ -384,7 +384,8 @@ def block_select_attention(
     Args:
         q: ``(B, H, T, D)`` queries, the last ``T`` of the ``S`` positions (``T = S`` in training,
             ``T = 1`` when decoding with a cache).
-        k, v: ``(B, H, S, D)`` keys and values; block ``i`` holds keys ``i b .. (i+1) b - 1``.
+        k: ``(B, H, S, D)`` keys; block ``i`` holds keys ``i b .. (i+1) b - 1``.
+        v: ``(B, H, S, D)`` values, blocked as ``k``.
         blocks: ``(B, H, T, n)`` int64, the blocks each query chose; ``-1`` is no block, and a
             block listed twice counts once.
         block_size: ``b``.

@@ -112,8 +112,10 @@ def block_sparse_attention_torch(
     """Attention over the blocks of ``layout`` only.
 
     Args:
-        q, k, v: ``(B, H, T, D)``, fp32, bf16 or fp16 (scores and softmax are computed in fp32;
-            fp64 stays fp64).
+        q: ``(B, H, T, D)``, fp32, bf16 or fp16 (scores and softmax are computed in fp32; fp64
+            stays fp64).
+        k: ``(B, H, T, D)``, the dtype of ``q``.
+        v: ``(B, H, T, D)``, the dtype of ``q``.
         layout: bool ``(nb, nb)`` shared by all heads or ``(H, nb, nb)`` per head,
             ``nb = ceil(T / block_size)``; or a :class:`BlockSparsePlan` built once for it (then
             ``block_size``, ``causal`` and ``mask_mod`` come from the plan).

@@ -112,7 +112,9 @@ def routing_attention_torch(
     """Attention within clusters: queries at ``q_idx`` attend to keys/values at ``k_idx``.
 
     Args:
-        q, k, v: ``(B, H, T, D)``.
+        q: ``(B, H, T, D)`` queries.
+        k: ``(B, H, T, D)`` keys.
+        v: ``(B, H, T, D)`` values.
         q_idx: ``(B, H, k, w)`` int64 positions in ``[0, T)``, sorted ascending along ``w``, no
             repeats within a cluster.
         k_idx: the keys' positions, same shape and rules; ``None`` shares ``q_idx`` (the causal

@@ -64,8 +64,10 @@ def segment_attention(
     all earlier segments, or the previous segment's keys within a sliding window.
 
     Args:
-        q, k, v: ``(B, H, T, D)`` CPU tensors, fp32, bf16, fp16 or fp64; ``T`` need not be a
-            multiple of ``segment``.
+        q: ``(B, H, T, D)`` CPU tensor, fp32, bf16, fp16 or fp64; ``T`` need not be a multiple
+            of ``segment``.
+        k: ``(B, H, T, D)``, the dtype of ``q``.
+        v: ``(B, H, T, D)``, the dtype of ``q``.
         segment: ``l``, the segment length (the fixed pattern's stride).
         summary: int64 ``(H, c)`` (or ``(1, c)``, shared), the offsets ``0 <= r < l`` inside each
             segment of head ``h``'s summary positions, sorted; ``None`` for no summaries.
@@ -366,7 +368,9 @@ def run_window_attention(
     of blocks of one run within the window, instead of ``2 T window``.
 
     Args:
-        q, k, v: ``(B, H, T, D)`` CPU tensors, fp32, bf16, fp16 or fp64.
+        q: ``(B, H, T, D)`` CPU tensor, fp32, bf16, fp16 or fp64.
+        k: ``(B, H, T, D)``, the dtype of ``q``.
+        v: ``(B, H, T, D)``, the dtype of ``q``.
         window: ``W >= 1``, the most recent run members (itself included) a query sees.
         runs: ``(B, H, T)`` integer ids, non-decreasing along ``T``.
         block: the block edge, capped at ``window``. Smaller blocks waste less padding on short

@@ -12,7 +12,7 @@ A block's element mask (the causal diagonal, the ragged end, a pattern's ``mask_
 from its tile id: ``-1`` means full, which loads no mask. In the backward kernels a full block
 that does not reach past the sequence's end is not masked at all, as FlashAttention-2 skips
 the mask off the diagonal; the forward kernel masks every block, which measured faster on an
-H100 (docs/kernels.md, "Fourth GPU run"). Tiles are ``b x b`` with
+H100 (experiments/kernels/log.md, "Fourth GPU run"). Tiles are ``b x b`` with
 ``b`` = the layout's block size, so one layout block is one tile. Sources: Child et al. 2019
 §5.5 (block-sparse kernels), Dao 2023 (FlashAttention-2's loop order and backward).
 
@@ -102,7 +102,8 @@ def _forward(
         k = _load_rows(K + base, offs_n, T, D)
         v = _load_rows(V + base, offs_n, T, D)
         s = scores(q, k, qk_scale, PRECISION)
-        # every block is masked here: skipping the mask on full ones was slower (docs/kernels.md)
+        # every block is masked here: skipping the mask on full ones was slower
+        # (experiments/kernels/log.md)
         s = tl.where(_allowed(tiles, tile, offs_m, offs_n, T, BLOCK, False), s, float("-inf"))
         m_i, l_i, acc = softmax_step(s, m_i, l_i, acc, v, PRECISION)
     out, lse = softmax_finish(m_i, l_i, acc)

@@ -3,8 +3,9 @@ out of `recipes/` or `experiments/` must not break a docs section that cites it.
 
 Scanned: README.md, docs/ (Markdown), checkpoints.yaml, the Makefile, the published cards and
 training.json files, and the comments and docstrings of the files in `recipes/` and
-`experiments/`. Not scanned: the published `recipe.yaml` copies (the recipe as it ran, comments
-included) and the measurement records under docs/bench/ other than Markdown.
+`experiments/` (the research log, experiments/long_context/log.md, included). Not scanned: the
+published `recipe.yaml` copies (the recipe as it ran, comments included) and the measurement
+records under docs/bench/ and experiments/bench/ other than Markdown.
 """
 
 import re
@@ -27,6 +28,13 @@ def expand(path: str) -> list[str]:
     return [p for alt in group.group(1).split(",") for p in expand(head + alt + tail)]
 
 
+def _scanned(path: Path) -> bool:
+    """A file of recipes/ or experiments/, but not a measurement record under experiments/bench/
+    (JSON, CSV, logs, pictures: what a run wrote, paths included, as it ran)."""
+    records = REPO / "experiments" / "bench"
+    return path.is_file() and (path.suffix == ".md" or not path.is_relative_to(records))
+
+
 def cited_paths() -> dict[str, list[str]]:
     sources = [
         REPO / "README.md",
@@ -35,7 +43,7 @@ def cited_paths() -> dict[str, list[str]]:
         *(p for p in (REPO / "docs").rglob("*.md")),
         *(REPO / "checkpoints").glob("*/README.md"),
         *(REPO / "checkpoints").glob("*/training.json"),
-        *(p for d in ("recipes", "experiments") for p in (REPO / d).rglob("*") if p.is_file()),
+        *(p for d in ("recipes", "experiments") for p in (REPO / d).rglob("*") if _scanned(p)),
     ]
     cited: dict[str, list[str]] = {}
     for source in sources:

@@ -1,4 +1,5 @@
-"""The Python blocks of README.md and docs/*.md run as written, and print or return what they say.
+"""The Python blocks of README.md and docs/**/*.md (not docs/bench/, the measurement records) run as
+written, and print or return what they say.
 
 Every block is either run here or listed in NOT_RUN with the reason, so a new block cannot slip in
 unchecked. A comment after an expression that is a list is the value the expression must have:
@@ -17,7 +18,11 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = REPO / "docs"
+FILES = [
+    REPO / "README.md",
+    *sorted(p for p in DOCS.rglob("*.md") if p.parts[len(DOCS.parts)] != "bench"),
+]
 
 # (file, index of its python block) -> why it cannot run in the test suite
 NOT_RUN = {

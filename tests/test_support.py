@@ -56,7 +56,7 @@ def test_transformer_support_is_counted_per_head_and_layer():
 
 def test_zoo_evaluate_attention_writes_the_profile_and_export_shows_it(tmp_path, data_dir, capsys):
     """On Multi30k's real test split: the numbers, the files, one-line refusals, and the card."""
-    from zoo.publishing.cards import _attention_section
+    from zoo.publishing.card_sections import attention_section as _attention_section
     from zoo.support import load_attention_profile
 
     model = model_with("softmax")

@@ -1,5 +1,6 @@
 """attention-zoo: long-sequence attention models with pretrained checkpoints.
 
+```python
 import zoo
 zoo.list_models()
 model = zoo.create_model("transformer_lm_small")
@@ -9,6 +10,7 @@ model = zoo.from_pretrained("out/")
 zoo.list_pretrained()                     # published checkpoints (checkpoints.yaml)
 model = zoo.from_pretrained("transformer_lm_small.pg19mini")
 zoo.translate(zoo.from_pretrained("./translation_folder"), ["Ein Hund läuft."])  # -> ["A dog runs."]
+```
 """
 
 __version__ = "0.2.0"

@@ -109,9 +109,10 @@ def evaluate(
         (:class:`~zoo.data.byte_corpora.EmptyDataWarning`).
 
     Raises:
-        ConfigError: an unknown split, ``windows``, ``first_bytes`` or ``batch_size`` below 1;
-        CheckpointError / HubError: the model cannot be loaded; DataNotFoundError: the data set
-        is not found, or its split has no byte to score.
+        ConfigError: an unknown split, ``windows``, ``first_bytes`` or ``batch_size`` below 1.
+        CheckpointError: the model cannot be loaded.
+        HubError: the model cannot be loaded from the Hub.
+        DataNotFoundError: the data set is not found, or its split has no byte to score.
     """
     from zoo.data import ByteTextDataModule
     from zoo.data.images import IMAGE_DATASETS
@@ -214,7 +215,7 @@ def remeasure(
     (:func:`zoo.probes.copy_gain`).
 
     Raises:
-        what :func:`evaluate` or :func:`zoo.probes.copy_probe` raise.
+        ZooError: what :func:`evaluate` or :func:`zoo.probes.copy_probe` raise.
     """
     if registered.name == "copy_gain":
         from zoo.probes import copy_gain
@@ -308,7 +309,7 @@ def _translation_model(source: str | os.PathLike):
 
 
 def evaluate_translation(
-    source,
+    source: str | os.PathLike,
     *,
     dataset: str = "multi30k",
     split: str = "test",
@@ -334,7 +335,8 @@ def evaluate_translation(
         sentences: only the first N sentences of the split, in order (None: all).
         decoding: ``search`` (``beam`` or ``greedy``), ``beam_size``, ``alpha`` (GNMT's length
             penalty exponent), ``max_len_a``, ``max_len_b``; missing keys: :func:`default_decoding`.
-        source_lang, target_lang: default: the languages the model was trained on, else de -> en.
+        source_lang: default: the source language the model was trained on, else ``de``.
+        target_lang: default: the target language the model was trained on, else ``en``.
 
     Returns:
         a :class:`~zoo.hub.schema.Metric` named ``bleu`` (0-100) with sacrebleu's ``signature``

@@ -349,7 +349,9 @@ def sample_images(
         prompt_images: ``(N, H, W, C)`` uint8 images whose top ``prompt_rows`` rows are kept and
             the rest completed (the papers' "completions").
         prompt_rows: rows given; ``0`` samples from scratch.
-        temperature, top_k, generator: as :func:`generate` (the start token is never sampled).
+        temperature: as :func:`generate` (the start token is never sampled).
+        top_k: as :func:`generate`.
+        generator: as :func:`generate`.
         progress: show a progress bar.
 
     Returns:

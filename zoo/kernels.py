@@ -190,7 +190,7 @@ VERIFIED: dict[tuple[int, int], str] = {
 class Measured:
     """One entry of :data:`FASTEST`: the backend measured fastest for an op on a GPU architecture,
     whether its output was verified against the spec there, and the measurement (GPU, date,
-    software, figures, section of docs/kernels.md)."""
+    software, figures, section of experiments/kernels/log.md)."""
 
     backend: str
     verified: bool
@@ -198,27 +198,28 @@ class Measured:
 
 
 # (compute capability, op) -> the backend measured fastest there, from the GPU benchmark runs of
-# docs/kernels.md. `auto` takes an entry only when it is verified; `python -m benchmarks.backends`
-# measures every backend on the current GPU and says whether this table still holds there.
+# experiments/kernels/log.md. `auto` takes an entry only when it is verified; `python -m
+# benchmarks.backends` measures every backend on the current GPU and says whether this table still
+# holds there.
 FASTEST: dict[tuple[tuple[int, int], str], Measured] = {
     ((9, 0), "block_sparse"): Measured(
         "triton", True,
         "NVIDIA H200 SXM, 2026-11-26, torch 2.11.0+cu130, Triton 3.6.0: FlexAttention's backward "
         "at 64-blocks does not compile; at 128-blocks Flex took 0.67 / 1.65 ms (forward / "
         "backward) against Triton's 0.33 / 1.48 at n = 4,096, head dim 64, bf16 "
-        '(docs/kernels.md, "Third GPU run")',
+        '(experiments/kernels/log.md, "Third GPU run")',
     ),
     ((9, 0), "block_sparse_forward"): Measured(
         "flex", False,
         "NVIDIA H200 SXM, 2026-11-26, torch 2.11.0+cu130: Flex's forward 0.264 ms against Triton's "
         "0.322-0.331 at n = 4,096, head dim 64, bf16, 64-blocks; its output has not been checked "
-        'against the spec on a GPU yet (docs/kernels.md, "Third GPU run")',
+        'against the spec on a GPU yet (experiments/kernels/log.md, "Third GPU run")',
     ),
     ((9, 0), "routing"): Measured(
         "triton", True,
         "NVIDIA H200 SXM, 2026-11-27, torch 2.11.0+cu130, Triton 3.6.0: forward+backward 1.5-1.9x "
         "faster than the PyTorch path at clusters of 128 to 512, n = 4,096 and 8,192 "
-        '(docs/kernels.md, "Fifth GPU run")',
+        '(experiments/kernels/log.md, "Fifth GPU run")',
     ),
 }  # fmt: skip
 

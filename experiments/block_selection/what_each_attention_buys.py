@@ -1,15 +1,20 @@
 """What each attention buys: the published pg19mini models of one size, side by side.
 
 Every row is a published checkpoint of the same size (4 layers, d = 256, 8 heads, about 3.2M
-parameters) trained on pg19mini; the table reads what was measured for each, never a figure typed
+parameters) trained on pg19mini; the tables read what was measured for each, never a figure typed
 in:
 
 - pg19mini test bits/byte, whole split, fp32: the registry (checkpoints.yaml);
 - War and Peace, last 5 %, bits/byte: ``docs/bench/held_out_book/NAME.json``
   (experiments/long_range/held_out_book.sh);
+- bits/byte of the same test bytes by context length: the card's ``by_context.json``
+  (``zoo evaluate NAME --by-context --block-spacing 4096``);
 - the copy probe's gain by span kind at one distance (1,024 bytes; 128 for the 256-byte models),
   bits/byte with its 95 % interval: ``docs/bench/copy_by_kind/NAME/copy_probe.json``
-  (``zoo evaluate NAME --probe copy --span-kind letters text digits --distances D --name NAME``);
+  (``zoo evaluate NAME --probe copy --span-kind letters text digits --distances D``);
+- the gain by distance: random letters from the card's ``copy_probe.json``, natural text from the
+  card where it has that kind, else ``docs/bench/copy_by_kind/NAME/by_distance/copy_probe.json``
+  (``zoo evaluate NAME --probe copy --span-kind text --distances 32 64 ...``);
 - training-step and cached-decoding tokens/s at the model's context on this machine:
   ``docs/bench/copy_by_kind/NAME/bench.json`` (``zoo bench NAME --lengths CONTEXT --threads 2``),
   all measured in one sitting so they compare.
@@ -17,15 +22,16 @@ in:
     python experiments/block_selection/what_each_attention_buys.py            # the page, from files
     python experiments/block_selection/what_each_attention_buys.py --measure  # measure what is missing
 
-It writes docs/bench/what_each_attention_buys/ (``.md``, ``.json``, ``.png``).
-
-A row whose files are missing shows a dash; ``--measure`` runs the commands above for them.
+It writes docs/bench/what_each_attention_buys/ (``.md``, ``.json``, ``.png``) and the README's
+table (between its ``what-each-attention-buys`` markers). A row whose files are missing shows a
+dash; ``--measure`` runs the commands above for them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +40,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "docs" / "bench"
+CARDS = ROOT / "checkpoints"
+README = ROOT / "README.md"
 KINDS = ("letters", "text", "digits")
+BY_DISTANCE = ("letters", "text")  # the kinds shown at every distance
+DISTANCES = (32, 64, 128, 256, 512, 1024, 2048)
+MARKERS = ("<!-- what-each-attention-buys:start", "<!-- what-each-attention-buys:end -->")
 # name: (short label, what its attention is)
 MODELS = {
     "transformer_lm_small_rotary.pg19mini": ("dense 256", "dense, context 256"),
@@ -53,7 +64,7 @@ def distance(context: int) -> int:
 
 
 def measure(name: str, entry: dict) -> None:
-    """Run what ``name`` lacks: its War and Peace score, its probe by kind, its bench."""
+    """Run what ``name`` lacks: its War and Peace score, its probes, its bench."""
     context = entry["structure"]["context"]
     out = BENCH / "copy_by_kind" / name
     zoo = str(Path(sys.executable).with_name("zoo"))
@@ -64,9 +75,34 @@ def measure(name: str, entry: dict) -> None:
         subprocess.run([zoo, "evaluate", name, "--probe", "copy", "--span-kind", *KINDS,
                         "--distances", str(distance(context)), "--name", name,
                         "--out-dir", str(out)], check=True)  # fmt: skip
+    missing = [k for k in BY_DISTANCE if k not in by_distance(name)]
+    if missing:
+        fits = [str(d) for d in DISTANCES if d <= context - 32]
+        subprocess.run([zoo, "evaluate", name, "--probe", "copy", "--span-kind", *missing,
+                        "--distances", *fits, "--name", name,
+                        "--out-dir", str(out / "by_distance")], check=True)  # fmt: skip
     if not (out / "bench.json").exists():
         subprocess.run([zoo, "bench", name, "--device", "cpu", "--threads", "2", "--lengths",
                         str(context), "--out-dir", str(out)], check=True)  # fmt: skip
+
+
+def by_distance(name: str) -> dict[str, dict[int, tuple[float, float, float]]]:
+    """``{kind: {d: (gain, low, high)}}`` for the kinds of :data:`BY_DISTANCE`, from the card's
+    probe first, then the one measured here (``copy_by_kind/NAME/by_distance``)."""
+    from zoo.profiles import load_copy_probe
+
+    found: dict[str, dict[int, tuple[float, float, float]]] = {}
+    for folder in (CARDS / name, BENCH / "copy_by_kind" / name / "by_distance"):
+        if not (folder / "copy_probe.json").exists():
+            continue
+        probe = load_copy_probe(folder)
+        for p in getattr(probe, "probes", (probe,)):
+            if p.span_kind in BY_DISTANCE and p.span_kind not in found and len(p.distances) > 1:
+                found[p.span_kind] = {
+                    d: (g, lo, hi)
+                    for d, g, lo, hi in zip(p.distances, p.gain, p.gain_low, p.gain_high, strict=True)
+                }
+    return found
 
 
 def row(name: str, entry: dict) -> dict:
@@ -90,6 +126,14 @@ def row(name: str, entry: dict) -> dict:
             p = probe[kind]
             i = p.distances.index(d)
             r[kind] = (p.gain[i], p.gain_low[i], p.gain_high[i])
+    r["by_distance"] = {k: {str(d): g for d, g in v.items()} for k, v in by_distance(name).items()}
+    context = CARDS / name / "by_context.json"
+    if context.exists():
+        c = json.loads(context.read_text())
+        r["by_context"] = {str(n): b for n, b in zip(c["contexts"], c["bits"], strict=True)}
+        if 256 in c["contexts"] and c["contexts"][-1] > 256:  # what the full context saves over 256
+            i = c["contexts"].index(256)
+            r["context_gain"] = (c["gain"][i], c["gain_se"][i])
     if (out / "bench.json").exists():
         bench = json.loads((out / "bench.json").read_text())
         last = bench["rows"][-1]
@@ -101,6 +145,40 @@ def row(name: str, entry: dict) -> dict:
 
 def fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
+
+
+def gain(r: dict, kind: str, d: int | None = None, interval: bool = True) -> str:
+    """A copy gain cell: at the row's distance (``d`` None) or at ``d`` by distance."""
+    g = r.get("by_distance", {}).get(kind, {}).get(str(d))
+    if d is None or (g is None and r.get("distance") == d):
+        g = r.get(kind)  # the probe by kind, at the row's distance
+    if g is None:
+        return "–"
+    return f"{g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}]" if interval else f"{g[0]:+.2f}"
+
+
+def context_gain(r: dict) -> str:
+    g = r.get("context_gain")
+    return "–" if g is None else f"{g[0]:+.3f} ± {g[1]:.3f}"
+
+
+def summary(rows: list[dict]) -> str:
+    """The README's table: one line per model, the figures a user compares first."""
+    lines = [
+        "| checkpoint | attention | training bytes | pg19mini test | War and Peace "
+        "| 4,096 bytes of context save over 256 | copy gain, text, d = 128 | d = 1,024 "
+        "| letters, d = 1,024 | train tokens/s | decode tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| `{r['name']}` | {r['attention']} | {r['bytes'] / 1e6:.1f}M | {r['test']:.4f} "
+            f"| {fmt(r['book'], '.4f')} | {context_gain(r)} "
+            f"| {gain(r, 'text', 128, False)} | {gain(r, 'text', 1024, False)} "
+            f"| {gain(r, 'letters', 1024, False)} "
+            f"| {fmt(r.get('train_tps'), ',.0f')} | {fmt(r.get('decode_tps'), ',.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def table(rows: list[dict]) -> str:
@@ -118,20 +196,53 @@ def table(rows: list[dict]) -> str:
         f"context, measured in one sitting on {', '.join(hw) or '–'}. "
         "`python experiments/block_selection/what_each_attention_buys.py` builds this page.",
         "",
+        "![What each attention buys: text, retrieval by distance, context]"
+        "(what_each_attention_buys.png)",
+        "",
         "| checkpoint | attention | context | training bytes | pg19mini test | War and Peace "
         "| copy gain, letters | text | digits | train tokens/s | decode tokens/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        gains = [
-            "–" if kind not in r else f"{r[kind][0]:+.2f} [{r[kind][1]:+.2f}, {r[kind][2]:+.2f}]"
-            for kind in KINDS
-        ]
         lines.append(
             f"| `{r['name']}` | {r['attention']} | {r['context']:,} | {r['bytes'] / 1e6:.1f}M "
-            f"| {r['test']:.4f} | {fmt(r['book'], '.4f')} | {' | '.join(gains)} "
+            f"| {r['test']:.4f} | {fmt(r['book'], '.4f')} "
+            f"| {' | '.join(gain(r, kind) for kind in KINDS)} "
             f"| {fmt(r.get('train_tps'), ',.0f')} | {fmt(r.get('decode_tps'), ',.0f')} |"
         )
+    for kind in BY_DISTANCE:
+        lines += [
+            "",
+            f"## Copy gain by distance: {kind}",
+            "",
+            f"Bits/byte saved on the second copy of a 32-byte span of {kind} planted d bytes "
+            "earlier (32 windows, 95 % intervals), from each card's probe or "
+            "`copy_by_kind/NAME/by_distance/`; a dash where d does not fit the context or was "
+            "not measured.",
+            "",
+            "| checkpoint | " + " | ".join(f"d = {d:,}" for d in DISTANCES) + " |",
+            "|---|" + "---|" * len(DISTANCES),
+        ]
+        for r in rows:
+            cells = " | ".join(gain(r, kind, d) for d in DISTANCES)
+            lines.append(f"| `{r['name']}` | {cells} |")
+    contexts = sorted({int(c) for r in rows for c in r.get("by_context", {})})
+    lines += [
+        "",
+        "## Bits/byte by context length",
+        "",
+        "The same 94,720 bytes of pg19mini test (370 blocks of 256 bytes, one at the end of every "
+        "4,096-byte window), scored with windows of each context length (each card's "
+        "`by_context.json`, `zoo evaluate NAME --by-context --block-spacing 4096`). The last "
+        "column is what the model's full context saves over 256 bytes, ± its standard error over "
+        "the blocks.",
+        "",
+        "| checkpoint | " + " | ".join(f"{c:,}" for c in contexts) + " | saved over 256 |",
+        "|---|" + "---|" * (len(contexts) + 1),
+    ]
+    for r in rows:
+        cells = " | ".join(fmt(r.get("by_context", {}).get(str(c)), ".4f") for c in contexts)
+        lines.append(f"| `{r['name']}` | {cells} | {context_gain(r)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -142,27 +253,51 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [f"{r['label']}\n{r['bytes'] / 1e6:.1f}M bytes" for r in rows]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(17, 4.8))
     x = range(len(rows))
     a.bar([i - 0.2 for i in x], [r["test"] for r in rows], 0.4, label="pg19mini test")
     a.bar([i + 0.2 for i in x], [r["book"] or 0 for r in rows], 0.4, label="War and Peace")
     a.set_ylim(1.4, max(r["test"] for r in rows) + 0.1)
     a.set_ylabel("bits/byte (lower is better)")
-    a.set_xticks(list(x), names, )
+    a.set_xticks(list(x), names, fontsize=8)
     a.legend()
     a.set_title("Text")
-    for j, kind in enumerate(KINDS):
-        vals = [r[kind][0] if kind in r else 0 for r in rows]
-        err = [[r[kind][0] - r[kind][1] if kind in r else 0 for r in rows],
-               [r[kind][2] - r[kind][0] if kind in r else 0 for r in rows]]  # fmt: skip
-        b.bar([i + (j - 1) * 0.27 for i in x], vals, 0.27, yerr=err, label=kind)
+    for i, r in enumerate(rows):
+        color = f"C{i}"
+        for kind, style in zip(BY_DISTANCE, ("-", "--"), strict=True):
+            gains = r.get("by_distance", {}).get(kind, {})
+            points = sorted((int(d), g[0]) for d, g in gains.items())
+            if points:
+                b.plot(*zip(*points, strict=True), style, marker="o", ms=3, color=color,
+                       label=f"{r['label']}, {kind}")  # fmt: skip
+        ctx = sorted((int(n), v) for n, v in r.get("by_context", {}).items())
+        if ctx:
+            c.plot(*zip(*ctx, strict=True), marker="o", ms=3, color=color, label=r["label"])
     b.axhline(0, color="black", lw=0.5)
+    b.set_xscale("log", base=2)
+    b.set_xlabel("distance d between the copies (bytes)")
     b.set_ylabel("copy gain, bits/byte (higher is better)")
-    b.set_xticks(list(x), names, )
-    b.legend(title="span kind")
-    b.set_title("Retrieval: a span repeated 1,024 bytes back (128 for dense256)")
+    b.set_title("Retrieval: a 32-byte span repeated d bytes back")
+    b.legend(fontsize=7, ncol=2)
+    c.set_xscale("log", base=2)
+    c.set_ylim(None, 1.95)
+    c.set_xlabel("context length (bytes)")
+    c.set_ylabel("bits/byte on the same test bytes")
+    c.set_title("Context: the same bytes, more or less context")
+    c.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def write_readme(text: str, readme: Path = README) -> None:
+    """Replace the table between the README's markers with ``text``."""
+    start, end = MARKERS
+    old = readme.read_text()
+    pattern = re.compile(re.escape(start) + r".*?-->\n.*?" + re.escape(end), re.S)
+    if not pattern.search(old):
+        raise SystemExit(f"{readme} has no {start} ... {end} block: add the markers first")
+    block = f"{start} (generated by what_each_attention_buys.py) -->\n{text}{end}"
+    readme.write_text(pattern.sub(lambda _: block, old))
 
 
 def main() -> None:
@@ -181,6 +316,7 @@ def main() -> None:
     (ns.out / "what_each_attention_buys.md").write_text(text)
     (ns.out / "what_each_attention_buys.json").write_text(json.dumps(rows, indent=1))
     plot(rows, ns.out / "what_each_attention_buys.png")
+    write_readme(summary(rows))
     print(text)
 
 

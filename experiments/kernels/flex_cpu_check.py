@@ -4,7 +4,7 @@
 
 Builds a causal sliding-window ``BlockMask`` on the CPU, runs ``flex_attention`` eagerly and under
 ``torch.compile``, and prints each step's wall time and its largest difference from PyTorch's SDPA
-with the same boolean mask (fp32, batch 1, 2 heads, head dim 64). docs/kernels.md records a run.
+with the same boolean mask (fp32, batch 1, 2 heads, head dim 64). experiments/kernels/log.md records a run.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ bytes, the same random windows for the same seed) and is scored on the same firs
 the valid split:
 
 - ``plateau``: the published Sparse recipe (``--recipe``) with ONE change per row (section 1 of
-  docs/long_context.md);
+  experiments/long_context/log.md);
 - ``equal_budget``: the small-scale analogue of the Sparse paper's Table 2 and the Routing paper's
   Table 1: dense at 256 and local, strided, fixed, random-, top-w- and causal-routing attention at
   4,096, every one with rotary positions (the plateau fix). ``--test`` adds the whole test split,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bits per byte of the same pg19mini test bytes at contexts 64 ... 4,096, for every published
-# pg19mini language model (docs/long_context.md §5h). One target block of 256 bytes at the end of
+# pg19mini language model (experiments/long_context/log.md §5h). One target block of 256 bytes at the end of
 # every 4,096-byte window of the test books, for every model, so all are scored on the same bytes.
 #   ZOO_DATA_DIR=... bash experiments/long_context/by_context_published.sh [OUT_DIR]
 set -euo pipefail

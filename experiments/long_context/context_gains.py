@@ -1,5 +1,5 @@
 """What each model gains from stretches of its context, on the same bytes, against a reference model
-(docs/long_context.md §5i).
+(experiments/long_context/log.md §5i).
 
 Each argument is ``LABEL=PATH``, PATH a ``by_context.json`` (``zoo evaluate SOURCE --by-context``)
 or its folder; all profiles must be measured on the same bytes (the same ``--block-spacing`` and

@@ -1,4 +1,5 @@
-"""How far back a byte-level model would have to look to copy the next byte (docs/long_context.md §5d).
+"""How far back a byte-level model would have to look to copy the next byte (log.md §5d,
+beside this script).
 
 A model-free measurement of the text, not of any model: for each byte of a split, the distance back
 to the nearest earlier place in the same document where the same ``n`` bytes were followed by the

@@ -1,4 +1,4 @@
-# Make a lent GPU machine (docs/kernels.md, "GPU verification") run the zoo: source it from the
+# Make a lent GPU machine (experiments/kernels/log.md, "GPU verification") run the zoo: source it from the
 # repository root there at the start of EVERY call. Each call copies the working tree afresh, which
 # removes the zoo/kernels link made here, while /tmp/site stays on a machine kept warm.
 #

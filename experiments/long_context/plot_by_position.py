@@ -1,5 +1,5 @@
 """Several models' bits-per-byte-by-position curves, or their bits-by-context curves, in one picture
-(docs/long_context.md).
+(experiments/long_context/log.md).
 
 Each argument is ``LABEL=PATH``, PATH a ``by_position.json`` (``zoo evaluate SOURCE --by-position``)
 or a ``by_context.json`` (``zoo evaluate SOURCE --by-context``), or the folder holding one; all

@@ -1,7 +1,7 @@
 """Accuracy of a task model by exact distance, grouped by the distance's residue modulo a stride
-(issue 53; docs/long_context.md §12a).
+(issue 53; experiments/long_context/log.md §12a).
 
-docs/long_context.md §12 argues that a strided pattern of stride ``l`` (Child et al. 2019, §4.2)
+experiments/long_context/log.md §12 argues that a strided pattern of stride ``l`` (Child et al. 2019, §4.2)
 can copy by content from ``d`` bytes back only when ``d - 1 <= l`` or ``d`` is 0 or 1 modulo
 ``l``. This script measures it on a task run's test examples (``n_eval`` raised by
 ``--n-eval`` so that each distance has items; the first examples are the run's own test set):

@@ -1,5 +1,5 @@
 """Where a causal-routing model's shifted-key heads look when they should copy (issue 53,
-docs/long_context.md §11b, §11e). For every query ``t`` that should copy from ``t - d``: whether
+experiments/long_context/log.md §11b, §11e). For every query ``t`` that should copy from ``t - d``: whether
 the source key ``t - d`` is in the query's cluster, whether it is among the ``causal_window``
 members the query attends to (its cluster window), and the attention weight on it (content
 scores as the layer computes them).

@@ -5,7 +5,7 @@
 
 OLD_DIR and NEW_DIR hold ``by_context.json`` and ``copy_probe.json`` (a checkpoint folder, or
 the ``--out-dir`` folders copied together); METRICS_CSV is the newer run's CSVLogger file.
-docs/long_context.md §13 uses it for routing_transformer_small_top2.pg19mini v3 against v4.
+experiments/long_context/log.md §13 uses it for routing_transformer_small_top2.pg19mini v3 against v4.
 """
 
 from __future__ import annotations

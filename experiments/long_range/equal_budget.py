@@ -1,5 +1,5 @@
 """Equal-budget runs on multi-query associative recall: which attention retrieves from how far back
-(issue 53, item 3; docs/long_context.md §9).
+(issue 53, item 3; experiments/long_context/log.md §9).
 
 Every run is ``zoo fit`` on a base config beside this file (``--base``: ``mqar_1024.yaml``, or
 ``copy_1024.yaml`` for the copy task): the same model size (2 layers,
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 BASE = HERE / "mqar_1024.yaml"
 SIZE = {
     "d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 512, "max_seq_len": 1024,
-    "position": "rotary",  # learned positions did not leave chance in 950 steps (docs §9)
+    "position": "rotary",  # learned positions did not leave chance in 950 steps (log.md §9)
 }  # fmt: skip
 # name: (preset, overrides, what the attention can reach)
 RUNS = {
@@ -50,7 +50,7 @@ RUNS = {
         "routing_transformer_small_causal", {"n_local_heads": 2},
         "2 local heads (window 128) + 2 causal content-routing heads (k = 32) per layer",
     ),
-    # shifted keys (docs §11e): a routing head's key at s is its query at s - 1
+    # shifted keys (log.md §11e): a routing head's key at s is its query at s - 1
     "routing_causal_shift": (
         "routing_transformer_small_causal", {"n_local_heads": 2, "shift_keys": True},
         "routing_causal with shifted keys (key at s = query at s - 1)",
@@ -195,7 +195,7 @@ RUNS_256 = {
         "as routing_causal_32_shift_cw32 with scores q·k unscaled (top2 v3's stage 3 setting)",
     ),
     # layer 0 all local: the routing heads (layer 1 only) match queries that carry the bytes
-    # before them, where layer 0's routing heads match a byte alone (docs §11e)
+    # before them, where layer 0's routing heads match a byte alone (log.md §11e)
     "routing_causal_32_shift_cw32_top1": (
         "routing_transformer_small_causal",
         {"n_local_heads": 2, "window": 32, "shift_keys": True, "causal_window": 32,
@@ -220,7 +220,7 @@ RUNS_256 = {
         "as routing_causal_32_shift with k = 8 clusters (the last 256 / 8 = 32 members attended)",
     ),
     # the Sparse Transformer's patterns with stride 32: one step reaches the last 32 positions
-    # (A1) or every 32nd (A2), so content copy only at d = 0 or 1 (mod 32) (docs §12a)
+    # (A1) or every 32nd (A2), so content copy only at d = 0 or 1 (mod 32) (log.md §12a)
     "moba_32": (
         "transformer_lm_small_moba", {"attention": {"name": "moba", "block_size": 32, "top_k": 2}},
         "MoBA, blocks of 32, top-2 (the own block and the best earlier one by mean key)",

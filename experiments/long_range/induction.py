@@ -1,4 +1,4 @@
-"""Copying at a fixed offset against copying by content (docs/long_context.md §9b).
+"""Copying at a fixed offset against copying by content (experiments/long_context/log.md §9b).
 
 The copy task of :mod:`zoo.data.long_range_tasks` (a span of random bytes written twice, scored on
 the second copy after its cue) trained with a plain fp32 loop (AdamW, no Lightning, no autocast) on
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--preset", default="transformer_lm_small_rotary")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("docs/bench/induction"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/bench/induction"))
     ns = parser.parse_args()
     settings = {"seq_len": ns.seq_len, "span": ns.span, "cue": ns.cue,
                 "batch_size": ns.batch_size, "lr": ns.lr,

@@ -183,7 +183,7 @@ def replay(
     ``bf16``: as ``bf16-mixed`` training runs them: the queries rounded to bf16 (the projection's
     output dtype under autocast) and each update called under CPU bf16 autocast. The update
     computes in fp32 all the same since 6787c1c; before it, the revival's matrix products ran in
-    bf16 (docs/long_context.md §5p)."""
+    bf16 (experiments/long_context/log.md §5p)."""
     kmeans = [model_kmeans(model, **parse_rule(rule)) for rule in rules]
     mins: list[list[torch.Tensor]] = [[] for _ in rules]
     for q in routing_queries(model, batches, progress):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CIFAR-10 ablation of docs/images.md ("What the long runs train with"): the Sparse Transformer
+# The CIFAR-10 ablation of docs/results/images.md ("What moved the number: the positions"): the Sparse Transformer
 # image recipe (cifar10_strided.yaml) with ONE change per run, 150 steps of 4 images each (or 75 of
 # 8: the same images), the same seed; validation bits/dim on 100 held-out images.
 #   ZOO_DATA_DIR=../shared/data bash experiments/sparse_transformer/cifar10_ablate.sh [OUT=runs/cifar10_ablation]

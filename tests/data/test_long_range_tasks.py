@@ -302,7 +302,7 @@ def test_zoo_fit_trains_on_the_recipe_end_to_end(tmp_path, monkeypatch, capsys):
     rows = list(csv.DictReader(open(metrics)))
     val = [float(r["val/bpb"]) for r in rows if r.get("val/bpb")]
     assert len(val) == 1 and 6.0 < val[0] < 9.0  # untrained: about 8 bits per value byte
-    ckpt = run / "checkpoints" / "best.ckpt"  # the call docs/long_context.md §8 shows
+    ckpt = run / "checkpoints" / "best.ckpt"  # the call experiments/long_context/log.md §8 shows
     model = CausalLM.load_from_checkpoint(ckpt).model
     r = task_accuracy_by_distance(model, LongRangeTaskDataModule.load_from_checkpoint(ckpt), "test")
     assert r.seq_len == 256 and sum(r.items) == 16 and r.causal

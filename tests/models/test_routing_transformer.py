@@ -127,7 +127,7 @@ def test_the_revival_rule_reaches_the_centroids():
 
 
 def test_the_default_revival_bisects_and_saved_configs_keep_the_rule_they_trained_with():
-    """Since 2026-11-27 a new model revives below half a share by bisection (long_context.md §5s).
+    """A new model revives below half a share by bisection (experiments/long_context/log.md §5s).
     A config.json saved before a key existed loads with what that model was trained with: no
     ``revive_split`` means the farthest-member split, no ``revive_below`` means no revival and
     random centroids (the published routing_transformer_small.pg19mini's config has no

@@ -127,3 +127,36 @@ def test_a_saved_model_exported_without_a_data_checksum_gets_one_marked_as_recom
     recorded = json.loads((out / "training.json").read_text())["lineage"]["data"]
     assert recorded == expected | {"recorded": "at export"}
     assert "recomputed at export from the run's data settings" in (out / "README.md").read_text()
+
+
+def test_refresh_card_renders_the_card_from_the_shipped_files_and_writes_nothing_else(
+    published, registry
+):
+    """A card template change reaches published cards without measuring or loading anything:
+    only README.md is written, and the entry changes only in README.md's sha256 and size. The
+    card names the checkpoint, not the folder a benchmark was run from, and no session date."""
+    from zoo.publishing import refresh_card
+
+    bench = {"name": "./checkpoints/" + NAME, "date": "2026-11-24"}
+    (published / "bench.json").write_text(json.dumps(bench))
+    (published / "bench.md").write_text(
+        f"# Benchmark of ./checkpoints/{NAME} on a CPU\n\ntransformer_lm, 1 warm-up; 2026-11-24.\n"
+    )
+    before = {p.name: p.read_bytes() for p in published.iterdir()}
+    entry = load_registry().get(NAME)
+    refreshed = refresh_card(NAME)
+    after = {p.name: p.read_bytes() for p in published.iterdir()}
+    assert {f for f in after if after[f] != before[f]} == {"README.md"}
+    card = after["README.md"].decode()
+    assert f"Benchmark of {NAME} on a CPU, measured with `zoo bench {NAME}`" in card
+    assert "1 warm-up." in card and "2026-11-24" not in card and "./checkpoints" not in card
+    assert refreshed.files["README.md"] == {
+        "sha256": sha256_file(published / "README.md"), "size": len(after["README.md"])
+    }  # fmt: skip
+    assert refreshed == load_registry().get(NAME)
+    others = {k: v for k, v in vars(entry).items() if k != "files"}
+    assert {k: v for k, v in vars(refreshed).items() if k != "files"} == others
+    assert {k: v for k, v in refreshed.files.items() if k != "README.md"} == {
+        k: v for k, v in entry.files.items() if k != "README.md"
+    }  # fmt: skip
+    assert refresh_card(NAME) == refreshed  # rendering again changes nothing

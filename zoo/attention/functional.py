@@ -155,8 +155,9 @@ def attend(
 
     Args:
         q: ``(B, H, T, D)``, the queries at positions ``past .. past + T - 1``.
-        k, v: ``(B, H, S, D)``, keys and values at positions ``0 .. S - 1`` (``S = past + T`` for
+        k: ``(B, H, S, D)``, keys at positions ``0 .. S - 1`` (``S = past + T`` for
             self-attention with a cache; any ``S`` for cross attention, ``pattern=None``).
+        v: ``(B, H, S, D)``, the values of those positions.
         pattern: who attends to whom (``None``: everyone to every key, bidirectional); a
             ``per_head`` pattern's head index counts within these ``H`` heads.
         past: cached positions before the queries.
@@ -167,9 +168,10 @@ def attend(
         dropout_p: dropout on the probabilities (``dense`` route only; the caller passes 0 in
             eval mode).
         block_size: block edge of the block-sparse layout.
-        segments, positions, relative: for ``local``: per-position segment ids ``(B, H, T)``
-            (attend only within a segment), the positions relative distances count from, and Shaw
-            relative positions (see :func:`local_attention`).
+        segments: for ``local``: per-position segment ids ``(B, H, T)`` (attend only within a
+            segment; see :func:`local_attention`).
+        positions: for ``local``: the positions relative distances count from.
+        relative: for ``local``: Shaw relative positions.
         clusters: ``(q_idx, k_idx)``, int64 ``(B, H, k, w)`` sorted positions of each cluster's
             queries and keys (``k_idx`` ``None``: the same tokens), instead of a pattern: the
             ``clusters`` route (content routing's top-``w`` clusters).
@@ -412,7 +414,9 @@ def local_attention(
     block handed to SDPA (fp32 on a CPU).
 
     Args:
-        q, k, v: ``(B, H, T, D)``.
+        q: ``(B, H, T, D)`` queries.
+        k: ``(B, H, T, D)`` keys.
+        v: ``(B, H, T, D)`` values.
         window: ``W``; position ``i`` attends to ``j`` with ``i - W < j <= i``.
         segments: optional ``(B, H, T)`` ids; then also ``segments[j] == segments[i]`` (the
             Routing Transformer's causal routing runs on a sequence sorted by cluster).

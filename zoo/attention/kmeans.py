@@ -74,7 +74,7 @@ class CentroidOptions(CheckedFields):
     # by splitting the largest cluster; in [0, 1), 0: never
     revive_below: float = 0.5
     # how revival splits the largest cluster: two_means bisects its members (:func:`two_means`);
-    # farthest moves halfway to its farthest member (docs/long_context.md §5s)
+    # farthest moves halfway to its farthest member (docs/routing_transformer.md compares them)
     revive_split: ReviveSplit = "two_means"
 
     def __post_init__(self) -> None:
@@ -114,33 +114,29 @@ class SphericalKMeans(nn.Module):
         n_heads: heads ``H`` with their own centroids.
         n_clusters: ``k``.
         d_head: ``D``.
-        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: the
-            :class:`CentroidOptions`, defaults :data:`CENTROID_DEFAULTS` (checked there). More on
-            each:
-
-            ``normalize_centroids``: not in Algorithm 1. Without it the argmax assignment favours
+        ema_decay: the EMA decay of the centroid update. It and the four options below are the
+            :class:`CentroidOptions`, defaults :data:`CENTROID_DEFAULTS` (checked there).
+        normalize_centroids: not in Algorithm 1. Without it the argmax assignment favours
             centroids with large norms, i.e. clusters that were large before: on planted clusters
             (tests/attention/test_routing_layer.py) the literal update let 2-3 of 8 centroids
             take every point in 6 of 8 seeds; renormalised, 8 of 8 seeds recovered the clusters.
-
-            ``centroid_init="kmeans"``: k-means++ seeding, then ``init_iters`` Lloyd steps of
+        centroid_init: ``"kmeans"``: k-means++ seeding, then ``init_iters`` Lloyd steps of
             spherical k-means on the normalised vectors, at the first training update of a
             freshly built module. Loading a state dict counts as initialised (fine-tuning keeps
             its centroids).
-
-            ``revive_below``: random unit vectors in ``D`` dimensions are nobody's nearest
-            centroid once the queries concentrate, and the EMA never moves a centroid without
-            members; a centroid below this occupancy takes half of the largest cluster (the
-            usual k-means rule for an empty cluster).
-
-            ``revive_split``: ``"farthest"``: the two centroids move apart along the line to
-            that cluster's farthest member, each side then assumed to hold half of it.
+        revive_below: random unit vectors in ``D`` dimensions are nobody's nearest centroid once
+            the queries concentrate, and the EMA never moves a centroid without members; a
+            centroid below this occupancy takes half of the largest cluster (the usual k-means
+            rule for an empty cluster).
+        init_iters: the Lloyd steps of ``centroid_init="kmeans"``.
+        revive_split: ``"farthest"``: the two centroids move apart along the line to that
+            cluster's farthest member, each side then assumed to hold half of it.
             ``"two_means"``: bisecting k-means on the cluster's members (:func:`two_means`: a
             split along their principal axis, then ``split_iters`` Lloyd steps), each side then
             holding the share it measured. A farthest member is often an outlier, so the first
             rule can revive a centroid almost nobody is nearest to, which is then revived again
-            (docs/long_context.md §5j and §5s replay both rules on a published model's routing
-            queries).
+            (docs/routing_transformer.md compares the two rules).
+        split_iters: the Lloyd steps of a ``"two_means"`` split.
 
     Raises:
         ConfigError: a bad centroid option (:class:`CentroidOptions`).
@@ -244,7 +240,7 @@ class SphericalKMeans(nn.Module):
 
         Everything here runs in fp32 with autocast off, as :meth:`scores` does: under
         ``bf16-mixed`` training, autocast would run the k-means init's and revival's matrix
-        products in bf16, and revive different centroids (docs/long_context.md §5p).
+        products in bf16, and revive different centroids.
 
         Under gradient checkpointing (:mod:`zoo.attention.recompute`) the recomputation in
         backward updates nothing and routes with the centroids from before this update, so a

@@ -14,7 +14,8 @@ later models), which is the paper's interleaved pairing up to a fixed permutatio
 The turn is one autograd function (:class:`_Turn`): a product and a multiply-add per half of the
 channels, computed in fp32 and rounded once to the input's dtype, and a backward pass that turns the
 gradient back by minus the angles. It keeps only the angles for the backward pass, where composing
-``cat``, ``neg``, products and a sum kept a chain of fp32 copies (measured in docs/kernels.md).
+``cat``, ``neg``, products and a sum kept a chain of fp32 copies (measured in
+experiments/kernels/log.md).
 
 Only queries and keys turn; values do not. A layer applies the rotation to ``q`` and ``k`` before
 any pattern, cluster selection or cache, so every attention path (dense, block-sparse, local,

@@ -135,9 +135,15 @@ class RoutingSpec:
         routing: ``"topw"``, ``"causal"`` or ``"random"`` (see the module docstring).
         causal_window: in causal routing, the number of most recent cluster members attended to.
         shared_qk: routing heads use their queries as keys (Algorithm 1 line 5; causal models).
-        ema_decay, normalize_centroids, centroid_init, revive_below, revive_split: the
+        ema_decay: the EMA decay of the centroid update. It and the four options below are the
             centroids' :class:`~zoo.attention.kmeans.CentroidOptions`, with its defaults and
             checks, handed to :class:`~zoo.attention.kmeans.SphericalKMeans` under the same names.
+        normalize_centroids: renormalise each centroid to unit norm after an update.
+        centroid_init: ``"kmeans"`` fits a fresh layer's centroids to its first training batch;
+            ``"random"`` keeps the random unit vectors it was built with.
+        revive_below: a centroid whose occupancy falls below this takes part of the largest
+            cluster (0: never).
+        revive_split: how revival splits the largest cluster, ``"two_means"`` or ``"farthest"``.
         max_relative_position: > 0 adds Shaw et al. relative positions clipped at this distance.
         routing_score_scale: what the routing heads' scores ``q·k`` of LayerNorm'd queries and
             keys (norm ``sqrt(D)``) are multiplied by before the softmax. ``None``: ``1/sqrt(D)``,

@@ -55,7 +55,8 @@ class AdditiveScore(_Score):
     """Bahdanau et al. 2015 (eq. 6 and appendix A.1.2): ``v^T tanh(W1 h_j + W2 q)``.
 
     Args:
-        d_key, d_query: widths of ``h`` and ``q``.
+        d_key: the width of ``h``.
+        d_query: the width of ``q``.
         d_attention: the hidden width of the scoring MLP (Bahdanau: n' = 1000).
     """
 

@@ -119,7 +119,7 @@ def _by_context_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
-    probe = parser.add_argument_group("zero-shot retrieval (docs/long_context.md)")
+    probe = parser.add_argument_group("zero-shot retrieval (docs/results/retrieval.md)")
     probe.add_argument("--probe", choices=("copy",), help="copy: a span of random lowercase "
                        "letters (uniform a-z, from --seed; or --span-kind) at the end of a window "
                        "of the model's context and again d bytes earlier; bits per byte on its "

@@ -331,12 +331,16 @@ class ImageDataModule(LightningDataModule):
         path: the npz release directory (ImageNet).
         val_size: training images held out for validation (default: the data set's, e.g. 2,000
             for CIFAR-10 as in the papers); a fixed random choice from ``seed``.
-        batch_size, eval_batch_size: images per batch.
+        batch_size: images per training batch.
+        eval_batch_size: images per evaluation batch.
         limit_train: use only the first this many training images (quick runs).
         limit_eval: evaluate on a random subset of this many images of each of validation and test
             (quick runs on a CPU; drawn from ``seed``, so the same images every run). The official
             files are sorted by class, so the first batches would not be a fair sample.
-        download, num_workers, seed: as :class:`~zoo.data.ByteTextDataModule`.
+        download: fetch missing files from the set's public home (as
+            :class:`~zoo.data.ByteTextDataModule`).
+        num_workers: DataLoader worker processes.
+        seed: seed of the validation split and of ``limit_eval``'s subset.
 
     After ``setup``: ``splits`` (``train``, ``val``, ``test`` arrays ``(N, H, W, C)`` uint8),
     ``train_indices`` / ``val_indices`` (positions in the official training set), ``test_indices``

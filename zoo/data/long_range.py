@@ -5,8 +5,8 @@ The tasks (``mqar``, ``copy``, ``pg19_repeats``, ``pg19_copies``) are defined in
 occurrence after its key or cue scored, distances controlled. :class:`LongRangeTaskDataModule`
 feeds them to :class:`zoo.tasks.CausalLM` with ``zoo fit`` (a recipe's ``data:``, as in
 ``experiments/long_range/mqar_routing.yaml``); :func:`task_accuracy_by_distance` measures a
-trained model on them, by power-of-two distance bucket, without Lightning (docs/long_context.md
-§8 shows the call after ``zoo fit``).
+trained model on them, by power-of-two distance bucket, without Lightning (docs/results/retrieval.md
+has the runs).
 """
 
 from __future__ import annotations
@@ -81,13 +81,14 @@ class LongRangeTaskDataModule(LightningDataModule):
             (pg19_copies: every copy's distance is at least its length).
         max_distance: the longest distance; ``None``: ``seq_len`` minus the item's width.
         distance_multiple: draw only distances that are multiples of this (1: every distance;
-            the stride, for a strided pattern: docs/long_context.md §12).
+            the stride, for a strided pattern: docs/results/retrieval.md).
         alphabet: ``letters`` (lowercase) or ``bytes``: the filler of mqar and copy, and the
             spans of copy and pg19_repeats.
         rate: pg19_repeats, pg19_copies: the probability that a training window gets repeats
             (copies).
-        min_span, max_span: pg19_copies: a copy's length in bytes, drawn log-uniformly in
-            between (default 8 and 256).
+        min_span: pg19_copies: the shortest copy in bytes (default 8); a copy's length is drawn
+            log-uniformly between ``min_span`` and ``max_span``.
+        max_span: pg19_copies: the longest copy in bytes (default 256).
         random_share: pg19_copies: the share of copies that are random spans written twice
             rather than the window's own text (default 0.25).
         random_kinds: pg19_copies: the kinds of those spans, one drawn uniformly per copy:

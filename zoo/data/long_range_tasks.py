@@ -58,8 +58,8 @@ no free place left is drawn again (so the distribution is the log-uniform one co
 fitting; a check at construction guarantees that ``min_distance`` always fits). With
 ``distance_multiple`` = ``m`` > 1 only the multiples of ``m`` are drawn, by the same law over
 ``d / m``: for a pattern that reaches far back only at multiples of a stride, such as the Sparse
-Transformer's strided attention (Child et al. 2019, §4.2), whose copy circuit
-docs/long_context.md §12 works out.
+Transformer's strided attention (Child et al. 2019, §4.2), which copies only at multiples of its
+stride (docs/results/retrieval.md).
 
 Batches are ``(x, y)``, int64 ``(batch_size, seq_len)``, ``y`` = ``x`` shifted by one with ``-100``
 (:data:`IGNORE_INDEX`, which :class:`zoo.tasks.CausalLM` ignores) on the targets not scored, so

@@ -59,10 +59,12 @@ class ByteTextDataModule(LightningDataModule):
         data_dir: directory holding ``<dataset>/``, the only one searched when given (default:
             ``$ZOO_DATA_DIR``, then the download cache).
         path: the file for ``dataset="text_file"``.
-        data_files, text_column, streaming: for ``dataset="files"``: glob(s) of text, JSON lines
-            or parquet files, the column holding the text, and whether to stream a corpus larger
-            than memory (training then reads contiguous windows without end: set
-            ``max_steps`` and an integer ``val_check_interval``; :mod:`zoo.data.corpus_files`).
+        data_files: for ``dataset="files"``: glob(s) of text, JSON lines or parquet files
+            (:mod:`zoo.data.corpus_files`).
+        text_column: for ``dataset="files"``: the column holding the text.
+        streaming: for ``dataset="files"``: stream a corpus larger than memory (training then
+            reads contiguous windows without end: set ``max_steps`` and an integer
+            ``val_check_interval``).
         seq_len: window length; ``None`` uses the model's ``max_seq_len``.
         batch_size: training windows per batch.
         eval_batch_size: windows per evaluation batch (default: ``batch_size``).

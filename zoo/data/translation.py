@@ -276,18 +276,23 @@ class TranslationDataModule(LightningDataModule):
 
     Args:
         dataset: ``multi30k``, ``wmt14`` or ``text_files`` (module docstring).
-        source_lang, target_lang: language codes of the files (``de``, ``en``, ...).
+        source_lang: the source language's code in the file names (``de``, ``en``, ...).
+        target_lang: the target language's code.
         data_dir: directory holding ``multi30k/``, the only one searched when given (default:
             ``$ZOO_DATA_DIR``, then the download cache).
         path: the directory of ``text_files``.
         vocab_size: size of the joint BPE vocabulary learned on the training split.
         max_tokens: tokens (padded source or target) per training batch.
         eval_batch_size: sentences per validation / test batch.
-        train_split, val_split, test_split: split names (Multi30k: ``train``, ``val``,
-            ``test_2016_flickr``).
+        train_split: the training split's name (Multi30k: ``train``).
+        val_split: the validation split's name (Multi30k: ``val``).
+        test_split: the test split's name (Multi30k: ``test_2016_flickr``).
         max_length: training pairs with a side longer than this many tokens are dropped (and pairs
             with an empty side).
-        download, num_workers, seed: as :class:`~zoo.data.ByteTextDataModule`.
+        download: fetch missing files from the set's public home (as
+            :class:`~zoo.data.ByteTextDataModule`).
+        num_workers: DataLoader worker processes.
+        seed: seed of the training batches' order (a new order each epoch).
 
     ``self.tokenizer`` (a ``tokenizers.Tokenizer``) exists after ``setup``; the model task saves it
     with its checkpoints, so a trained model translates with no other files.

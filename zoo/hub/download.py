@@ -352,8 +352,9 @@ def pull(
     Hugging Face cache, verify each, and return the snapshot directory (``zoo pull``).
 
     Raises:
-        UnknownModelError, ChecksumError, HubError: as :func:`fetch`; HubError also when the
-        checkpoint has no Hub revision yet.
+        UnknownModelError: as :func:`fetch`.
+        ChecksumError: as :func:`fetch`.
+        HubError: as :func:`fetch`, and when the checkpoint has no Hub revision yet.
     """
     registry = registry or load_registry()
     entry = registry.get(name)

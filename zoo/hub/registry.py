@@ -48,7 +48,7 @@ HEADER = """\
 # The registry of published checkpoints: the single source of truth for `zoo list`,
 # zoo.from_pretrained(name), `zoo pull` and the README's checkpoint table (`zoo list --write-readme`).
 # Entries are written by `zoo export --register` and pinned by `zoo push --update-registry`
-# (docs/checkpoints.md). hub.revision is null until the files are pushed to the Hub; until then the
+# (docs/publishing.md). hub.revision is null until the files are pushed to the Hub; until then the
 # copy under checkpoints/<name>/ is the only source, verified against the sha256 below.
 """
 

@@ -95,7 +95,7 @@ METRICS: dict[str, MetricKind] = {
 }
 """The metrics a checkpoint can register. ``bleu`` also records sacrebleu's ``signature`` and the
 ``decoding`` settings (beam size, length penalty alpha, checkpoint averaging). ``copy_gain`` is
-the copy probe's retrieval gain at one distance (:mod:`zoo.probes`, docs/long_context.md §7):
+the copy probe's retrieval gain at one distance (:mod:`zoo.probes`, docs/results/retrieval.md):
 control minus repeat in bits per byte on the span's bytes after the cue, higher is better;
 ``windows`` counts its trials, ``targets`` the bytes scored (trials x (span - cue)), and ``probe``
 records ``distance``, ``span``, ``cue`` and ``seed``."""

@@ -1,7 +1,7 @@
 """EleutherAI's lm-evaluation-harness (``pip install "attention-zoo[lm-eval]"``) scores zoo language
 models: this module registers :class:`ZooLM` as the harness's model ``zoo``.
 
-From a shell (the module imports the registration, then runs the harness's own CLI)::
+From a shell (the module imports the registration, then runs the harness's own CLI):
 
     python -m zoo.integrations.lm_eval_harness --model zoo \\
         --model_args pretrained=transformer_lm_small.pg19mini --tasks wikitext

@@ -261,7 +261,7 @@ class PretrainedMixin:
             ``from_pretrained(repo_id, revision=...)`` loads); they are ``None`` otherwise.
 
         A card with measured metrics and a ``checkpoints.yaml`` entry come from a training run:
-        ``zoo export RUN --register`` then ``zoo push`` (docs/checkpoints.md).
+        ``zoo export RUN --register`` then ``zoo push`` (docs/publishing.md).
 
         Raises:
             ConfigError: ``repo_id`` is not a valid repo id, or ``create_pr`` with a ``branch``

@@ -1,6 +1,6 @@
 """The model registry: exact preset names mapped to a model class and its config.
 
-Each family registers itself when its file is imported (``zoo/models/<family>.py``), timm-style::
+Each family registers itself when its file is imported (``zoo/models/<family>.py``), timm-style:
 
     @register_model
     class TransformerLM(...): ...

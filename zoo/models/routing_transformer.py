@@ -54,7 +54,7 @@ class RoutingTransformerConfig(TransformerConfig):
     routing: RoutingMode = RoutingParams.routing
     causal_window: int | None = RoutingParams.causal_window
     shared_qk: bool = RoutingParams.shared_qk
-    # since 2026-11-27 revival bisects below half a share (earlier models: docs/long_context.md)
+    # since 2026-11-27 revival bisects below half a share (earlier models: docs/routing_transformer.md)
     ema_decay: float = CENTROID_DEFAULTS.ema_decay
     normalize_centroids: bool = CENTROID_DEFAULTS.normalize_centroids
     centroid_init: CentroidInit = CENTROID_DEFAULTS.centroid_init
@@ -194,7 +194,7 @@ class RoutingTransformerLM(TransformerLM):
         (:meth:`~zoo.attention.RoutingSelfAttention.routing_stats`). With routing in more than
         one layer, ``routing/layer{i}/occupancy_min`` is block ``i``'s own minimum: in a model
         that routes in layer 0 that layer sets the overall one (its routing queries depend on
-        the current token alone, docs/long_context.md §5s)."""
+        the current token alone)."""
         occupancy = {
             i: block.attention.kmeans.occupancy
             for i, block in enumerate(self.blocks)

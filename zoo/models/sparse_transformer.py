@@ -186,8 +186,8 @@ class SparseTransformerLM(TransformerLM):
     def reset_parameters(self) -> None:
         """The paper's initialisation (§5.2 and §6; see the module docstring): weights
         N(0, 0.125 / sqrt(fan_in)), the residual projections further scaled by 1 / sqrt(2 N).
-        ``init_scheme="gpt2"`` takes the Transformer family's N(0, 0.02) instead (an ablation:
-        docs/long_context.md §5); ``zero_init_logits`` applies to both."""
+        ``init_scheme="gpt2"`` takes the Transformer family's N(0, 0.02) instead;
+        ``zero_init_logits`` applies to both."""
         c = self.config
         if c.init_scheme == "gpt2":
             super().reset_parameters()

@@ -2,6 +2,7 @@
 in ``checkpoints.yaml``, push it to the Hugging Face Hub.
 
 - :mod:`zoo.publishing.cards`: model cards per task (causal LM, image LM, translation).
+- :mod:`zoo.publishing.card_sections`: a card's sections of measured curves, samples and bench.
 - :mod:`zoo.publishing.export`: ``zoo export`` (run -> Hub-ready folder), ``register``,
   ``refresh_card``.
 - :mod:`zoo.publishing.training`: ``training.json``, what trained a checkpoint.

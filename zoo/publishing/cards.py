@@ -2,9 +2,13 @@
 
 :func:`model_card` renders a card from the checkpoint's config, measured metrics and training facts:
 Hub metadata (library, tags, datasets, the metrics in the model-index format, where a slice of a
-split is named as a slice), then a usage snippet for the task, the results, the attention structure,
-the optional curves (by position, by context length, the copy probe's retrieval by distance),
-samples and benchmark, the training facts, the lineage and the config.
+split is named as a slice), then what the model is, a usage snippet for the task, the results with
+the command that re-measures each row, the attention structure, the optional curves
+(:mod:`zoo.publishing.card_sections`: by position, by context length, the copy probe's retrieval
+by distance, attention over the source), samples and benchmark, the training facts, the lineage,
+the config and the model's limitations. A card stands alone (on the Hub as in a clone): the files
+it names ship beside it, and no text of it points into the repository's docs or a research log
+(:func:`~zoo.publishing.card_sections.standalone`).
 :func:`structure_of` is the registry's ``structure`` of a saved model.
 """
 
@@ -12,12 +16,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from zoo.hub.schema import CAVEATS, TASKS, Metric
+from zoo.publishing.card_sections import (
+    attention_section,
+    bench_section,
+    by_context_section,
+    by_position_section,
+    copy_probe_section,
+    samples_section,
+    standalone,
+)
 from zoo.publishing.training import stage_source, training_windows
 
 __all__ = ["CAVEATS", "DATASETS", "TASK_CARDS", "TaskCard", "model_card", "structure_of", "task_of"]
@@ -88,7 +100,7 @@ with `zoo fit --config recipe.yaml --model.init_from {name}`.""",
         "objects. Bits/dim is a likelihood on the training data set's distribution only.",
     ),
     "translation": TaskCard(
-        summary="an encoder-decoder Transformer for translation, with its joint BPE tokenizer",
+        summary="an encoder-decoder model for translation, with its joint BPE tokenizer",
         tags=("translation", "seq2seq", "transformer"),
         pipeline_tag="translation",
         task_type="translation",
@@ -180,13 +192,14 @@ def model_card(
         description = model_type
     dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
     data = _metadata(name, task, card, model_type, facts, metrics, dataset)
-    results, caveats, direction = _results_rows(metrics)
-    curve = _by_position_section(name, by_position, by_position_plot) + _by_context_section(
+    results, caveats, direction = _results_rows(name, metrics)
+    curve = by_position_section(name, by_position, by_position_plot) + by_context_section(
         by_context_command or f"zoo evaluate {name} --by-context", by_context, by_context_plot
-    ) + _copy_probe_section(name, copy_probe_command or f"zoo evaluate {name} --probe copy",
-                            copy_probe, copy_probe_plot, metrics) + _attention_section(attention)  # fmt: skip
-    structure = _structure_section(structure_of(config, facts))
-    pictures = _samples_section(name, samples) + _bench_section(name, bench, bench_plot)
+    ) + copy_probe_section(name, copy_probe_command or f"zoo evaluate {name} --probe copy",
+                           copy_probe, copy_probe_plot, metrics) + attention_section(attention)  # fmt: skip
+    attention_structure = structure_of(config, facts)
+    structure = _structure_section(attention_structure)
+    pictures = samples_section(name, samples) + bench_section(name, bench, bench_plot)
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
     extra = facts.get("data", {}).get("extra_train") or []
@@ -203,16 +216,19 @@ def model_card(
 
 ## Use
 
+With the attention-zoo Python package installed (`import zoo`). Every file this card names
+(`recipe.yaml`, `training.json`, the curves' data) ships in the same folder as the card.
+
 {use}
 
 ## Results
 
-Measured with `zoo evaluate {name} [--split S] [--windows N]` ({direction});
-`zoo evaluate {name} --registered` re-measures every row. Rows measured on a slice say so: only
-"all" rows are the split's score.
+{direction}. The last column's command measures its row again;
+`zoo evaluate {name} --registered` re-measures every row and compares it with the value here.
+Rows measured on a slice say so: only "all" rows are the split's score.
 
-| metric | data set | split | measured on | value | precision | decoding | hardware |
-|---|---|---|---|---|---|---|---|
+| metric | data set | split | measured on | value | precision | decoding | hardware | command |
+|---|---|---|---|---|---|---|---|---|
 {results}
 {caveats}{structure}{curve}{pictures}
 {_training_section(facts, cfg, task)}{_lineage_section(facts)}
@@ -224,9 +240,9 @@ Measured with `zoo evaluate {name} [--split S] [--windows N]` ({direction});
 
 ## Limitations
 
-{card.limitations}
+{_limitations(card, attention_structure, metrics)}
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{standalone(body)}")
 
 
 def _metadata(name, task, card, model_type, facts, metrics, dataset) -> ModelCardData:
@@ -256,13 +272,13 @@ def _metadata(name, task, card, model_type, facts, metrics, dataset) -> ModelCar
     )
 
 
-def _results_rows(metrics: list[Metric]) -> tuple[str, str, str]:
+def _results_rows(name: str, metrics: list[Metric]) -> tuple[str, str, str]:
     """The results table's rows, the caveats and signatures under it, and which way is better."""
     results = "\n".join(
         f"| {m.kind.heading} | {m.dataset}{' †' if m.dataset in CAVEATS else ''} | {m.split} "
         f"| {m.measured_on}{_of_context(m)} ({m.targets:,} {m.kind.targets}) | {m.format()} "
         f"| {m.precision} "
-        f"| {m.decoding_text} | {m.hardware or 'unknown'} |"
+        f"| {m.decoding_text} | {m.hardware or 'unknown'} | `{remeasure_command(name, m)}` |"
         for m in metrics
     )
     caveats = "".join(
@@ -275,7 +291,46 @@ def _results_rows(metrics: list[Metric]) -> tuple[str, str, str]:
         f"{m.kind.heading}: {'lower' if m.kind.lower_is_better else 'higher'} is better"
         for m in {m.name: m for m in metrics}.values()
     )
-    return results, caveats, direction
+    return results, caveats, direction[:1].upper() + direction[1:]
+
+
+def remeasure_command(name: str, m: Metric) -> str:
+    """The ``zoo evaluate`` command that measures ``m`` of the checkpoint ``name`` again: its
+    split, slice, precision and (BLEU) decoding; a copy gain through ``--registered``."""
+    if m.probe:
+        return f"zoo evaluate {name} --registered --metric {m.name}"
+    words = [f"zoo evaluate {name} --split {m.split}"]
+    if m.windows is not None:
+        words.append(f"--windows {m.windows}")
+    if m.precision != "32-true":
+        words.append(f"--precision {m.precision}")
+    d = m.decoding or {}
+    if d.get("search") == "greedy":
+        words.append("--decoding greedy")
+    elif d.get("search") == "beam":
+        words.append(f"--decoding beam --beam-size {d.get('beam_size')} --alpha {d.get('alpha')}")
+    return " ".join(words)
+
+
+def _limitations(card: TaskCard, structure: dict[str, Any], metrics: list[Metric]) -> str:
+    """The card's limits: the task's, then what the structure, the training windows and the data
+    sets of the metrics say about its figures, one item each."""
+    items = [card.limitations]
+    if not structure.get("causal", True):
+        items.append(
+            "Its figures are not a strict likelihood: evaluation looks ahead (top-w routing "
+            "chooses each cluster's members from the whole window), so they do not compare "
+            "exactly with a causal model's."
+        )
+    context, trained = structure.get("context"), structure.get("trained_context")
+    if context and trained and trained < context:
+        items.append(
+            f"It was trained on windows of {trained:,} positions, shorter than its context "
+            f"({context:,}): positions past {trained:,} were never trained, and what it does "
+            "there is an extrapolation of its position scheme."
+        )
+    items += [f"{CAVEATS[d]}." for d in sorted({m.dataset for m in metrics}) if d in CAVEATS]
+    return "\n".join(f"- {item}" for item in items)
 
 
 def _training_section(facts: dict[str, Any], cfg: dict[str, Any], task: str) -> str:
@@ -300,9 +355,20 @@ def _training_section(facts: dict[str, Any], cfg: dict[str, Any], task: str) -> 
 | optimisation | {json.dumps(facts.get("optimization", {}))} |
 | data | {json.dumps(facts.get("data", {}))} |
 
-`recipe.yaml` is the recipe that trained it (`zoo fit --config recipe.yaml`); `training.json` has
-these facts in machine-readable form.
+`recipe.yaml` is the recipe that trained it (`zoo fit --config recipe.yaml`){_stages_note(facts)};
+`training.json` has these facts in machine-readable form.
 """
+
+
+def _stages_note(facts: dict[str, Any]) -> str:
+    """For a model trained in stages: where the earlier stages' recipes are."""
+    if len(facts.get("stages") or []) < 2:
+        return ""
+    return (
+        ", its last stage. The stages' recipes named `recipes/...` are packaged with "
+        "attention-zoo: `zoo fit --config recipes/<family>/<file>.yaml` runs each, in order (a "
+        "stage's `init_from` names the model it starts from)"
+    )
 
 
 def _languages(task: str, facts: dict[str, Any]) -> list[str] | str | None:
@@ -349,8 +415,8 @@ def _structure_section(structure: dict[str, Any]) -> str:
     return f"""
 ## Attention structure
 
-Recorded in `checkpoints.yaml` (`structure`) and checked against the config by the tests;
-`zoo list --attention {structure.get("pattern")}` and `--context` filter on it. {causal}
+Recorded in the zoo's registry of checkpoints (`structure`), where `zoo list --attention
+{structure.get("pattern")}` and `--context` filter on it. {causal}
 
 | field | value |
 |---|---|
@@ -380,8 +446,7 @@ def _lineage_section(facts: dict[str, Any]) -> str:
          f"`{data['sha256']}` (zoo.lineage"
          + ("; recomputed at export from the run's data settings, as the run predates it)"
             if data.get("recorded") == "at export" else ")") if data else "not recorded"),
-        ("fine-tuned from", f"`{checkpoint_name(lineage['parent'])}`" if lineage.get("parent")
-         else "– (trained from scratch)"),
+        ("fine-tuned from", _parent(checkpoint_name(lineage.get("parent")))),
     ]  # fmt: skip
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"""
@@ -393,105 +458,10 @@ def _lineage_section(facts: dict[str, Any]) -> str:
 """
 
 
-def _bench_section(name: str, table: str | None, plot: str | None) -> str:
-    if table is None:
-        return ""
-    lines = table.strip().splitlines()
-    title = lines[0].removeprefix("# ").strip() if lines and lines[0].startswith("#") else ""
-    body = "\n".join(lines[1:] if title else lines).strip()
-    parts = [
-        "\n## Speed and memory by sequence length\n",
-        f"{title}, measured with `zoo bench {name}` (`bench.json` has the numbers). Run it on your "
-        "machine to see yours.\n",
-    ]
-    if plot is not None:
-        parts.append(f"![time and memory by sequence length]({plot})\n")
-    parts.append(body + "\n")
-    return "\n".join(parts)
-
-
-def _samples_section(name: str, samples: list[str]) -> str:
-    if not samples:
-        return ""
-    pictures = "\n\n".join(f"![{Path(p).stem.replace('_', ' ')}]({p})" for p in samples)
-    return (
-        "\n## Samples\n\n"
-        f"Drawn with `zoo sample --checkpoint {name} --out samples.png --num-samples 8 "
-        "--completions 8 --seed 0` (temperature 1.0). Completions keep the top half of test "
-        "images; their rows are the given half, the completion, the original.\n\n"
-        f"{pictures}\n"
-    )
-
-
-def _by_position_section(name: str, table: str | None, plot: str | None) -> str:
-    return _curve_section(
-        "Bits per byte by position",
-        "Does the model use its context? Bits per byte at each position of the evaluation "
-        f"window, measured with `zoo evaluate {name} --by-position` (`by_position.json` has the "
-        "numbers):",
-        "bits per byte by position in the window",
-        table,
-        plot,
-    )
-
-
-def _by_context_section(command: str, table: str | None, plot: str | None) -> str:
-    return _curve_section(
-        "Bits per byte by context length",
-        "Each bucket of the curve above holds other bytes of the books, so its level moves with the "
-        "text as well as with the context. Here one fixed set of bytes is scored again with windows "
-        "of each context length, so a difference between two rows is what the extra context is "
-        f"worth to the model. Measured with `{command}` (`by_context.json` has every block's bits, "
-        "for paired comparisons):",
-        "bits per byte of the same bytes by context length",
-        table,
-        plot,
-    )
-
-
-def _copy_probe_section(
-    name: str, command: str, table: str | None, plot: str | None, metrics: list[Metric]
-) -> str:
-    registered = next((m for m in metrics if m.name == "copy_gain" and m.probe), None)
-    lead = (
-        "Does the model copy from far back in its context? A span of random lowercase letters (or "
-        "of each kind the table names: other alphabets, natural text from elsewhere) is written "
-        "at the end of a window of held-out text and again d bytes earlier. The gain is "
-        "how many bits per byte below the control (the same window without the first copy) the "
-        "model scores the span's bytes after the cue: about 0 means it does not copy from that far "
-        f"back, a model that copies saves nearly all of the control. Measured with `{command}` "
-        "(`copy_probe.json` has every trial's bits and window)."
-    )
-    if registered is not None:
-        lead += (
-            f" The registered `copy_gain` (Results) is the gain at d = "
-            f"{registered.probe['distance']:,}; `zoo evaluate {name} --registered --metric "
-            "copy_gain` re-measures it."
-        )
-    return _curve_section("Retrieval at a distance (copy probe)", lead,
-                          "retrieval gain by distance (copy probe)", table, plot)  # fmt: skip
-
-
-def _attention_section(profile: Any) -> str:
-    """The card's section on a translation model's attention (``attention.md`` / ``.png``)."""
-    if profile is None:
-        return ""
-    lead = (f"How much of the source the model attends to ({profile.mapping}): the support of a "
-            "target token is the number of source tokens with non-zero weight (a softmax keeps "
-            f"all, a sparse mapping few), teacher-forced on the {profile.split} references. The "
-            f"picture is line {profile.line} as the model translates it: darker = more attention, "
-            f"white = exactly zero. Measured with `{profile.command()}`.")  # fmt: skip
-    return _curve_section("Attention over the source", lead, "attention map of one sentence",
-                          profile.text(), "attention.png")  # fmt: skip
-
-
-def _curve_section(heading: str, lead: str, alt: str, table: str | None, plot: str | None) -> str:
-    """A card section: heading, a lead paragraph, the plot (if any), the markdown table (if any)."""
-    if table is None and plot is None:
-        return ""
-    parts = [f"\n## {heading}\n", f"{lead}\n"]
-    if plot is not None:
-        parts.append(f"![{alt}]({plot})\n")
-    if table is not None:
-        parts.append(table.strip() + "\n")
-    return "\n".join(parts)
+def _parent(parent: str | None) -> str:
+    """The lineage's parent: a published checkpoint, or the model a packaged recipe trains."""
+    if not parent:
+        return "– (trained from scratch)"
+    if parent.startswith("recipes/") and parent.endswith((".yaml", ".yml")):
+        return f"the model that the packaged recipe `{parent}` trains"
+    return f"`{parent}`"

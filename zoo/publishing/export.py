@@ -16,11 +16,12 @@ Published files name checkpoints, not folders of the machine that trained them: 
 the measured model by the checkpoint's name.
 
 :func:`register` records the folder in ``checkpoints.yaml``; :func:`refresh_card` renders a
-registered checkpoint's card again.
+registered checkpoint's card again from its shipped files, writing nothing else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -49,6 +50,7 @@ __all__ = [
     "SAMPLE_FILES",
     "checked_name",
     "export_run",
+    "folder_card",
     "refresh_card",
     "register",
 ]
@@ -163,11 +165,12 @@ def export_run(
 
     Raises:
         CheckpointError: ``source`` is not a run, a checkpoint or a saved model with
-        ``training.json``, ``by_position``, ``by_context``, ``copy_probe`` or ``attention``
-        holds none of its files, or ``bench`` has no ``bench.md``; ChecksumError: the saved
-        model does not match its manifest; ConfigError: no recipe file, or ``name`` is not a
-        published name (:func:`checked_name`); UnsafePathError: a file of ``out_dir`` is a
-        symlink or not a regular file (nothing is written through it).
+            ``training.json``, ``by_position``, ``by_context``, ``copy_probe`` or ``attention``
+            holds none of its files, or ``bench`` has no ``bench.md``.
+        ChecksumError: the saved model does not match its manifest.
+        ConfigError: no recipe file, or ``name`` is not a published name (:func:`checked_name`).
+        UnsafePathError: a file of ``out_dir`` is a symlink or not a regular file (nothing is
+            written through it).
     """
     checked_name(name)
     saved, ckpt_path = _checked_source(source, recipe)
@@ -192,7 +195,7 @@ def export_run(
         _copy_measured(attention, ATTENTION_FILES, ATTENTION_FILES, out,
                        f"zoo evaluate {source} --attention --out-dir {attention}")  # fmt: skip
         _warn_local_source(out, "attention", name, flag="--attention")
-    _card(out, name, config, metrics, facts, repo_id).save(out / "README.md")
+    folder_card(out, name, config, metrics, facts, repo_id).save(out / "README.md")
     return out
 
 
@@ -289,8 +292,11 @@ def _copy_extras(source, out: Path, name: str, by_position, by_context, copy_pro
                        f"zoo bench {name} --out-dir {bench}")  # fmt: skip
 
 
-def _card(out: Path, name: str, config: dict, metrics: list[Metric], facts: dict, repo_id):
-    """The model card of the folder ``out``, showing whatever curves and pictures it holds."""
+def folder_card(
+    out: Path, name: str, config: dict, metrics: list[Metric], facts: dict, repo_id: str | None
+):
+    """The model card of the exported folder ``out`` (``config``, ``facts``: its ``config.json``
+    and ``training.json``), showing whatever curves and pictures it holds; nothing is written."""
     from zoo.probes import load_copy_probe
     from zoo.profiles import load_context_profile
 
@@ -317,16 +323,26 @@ def _card(out: Path, name: str, config: dict, metrics: list[Metric], facts: dict
         ),  # fmt: skip
         samples=[f for f in SAMPLE_FILES if (out / f).is_file()],
         attention=_attention_of(out, name),
-        bench=(out / "bench.md").read_text() if (out / "bench.md").is_file() else None,
+        bench=_named_bench(out, name),
         bench_plot="bench.png" if (out / "bench.png").is_file() else None,
     )
     return card
 
 
+def _named_bench(out: Path, name: str) -> str | None:
+    """``bench.md``'s text for the card, its title naming the checkpoint ``name`` where it names
+    the folder it was measured from (``Benchmark of ./checkpoints/<name> on ...``)."""
+    if not (out / "bench.md").is_file():
+        return None
+    text = (out / "bench.md").read_text()
+    measured = _profile_source(out, "bench", key="name")
+    if measured and measured != name:
+        text = text.replace(f"Benchmark of {measured} on ", f"Benchmark of {name} on ", 1)
+    return text
+
+
 def _attention_of(out: Path, name: str):
     """The attention profile in ``out`` (``attention.json``) for the card, or ``None``."""
-    import dataclasses
-
     from zoo.support import load_attention_profile
 
     if not (out / "attention.json").is_file():
@@ -334,10 +350,11 @@ def _attention_of(out: Path, name: str):
     return dataclasses.replace(load_attention_profile(out), source=name)
 
 
-def _profile_source(out: Path, stem: str) -> str | None:
-    """The ``source`` that ``out/<stem>.json`` (a by-position or by-context profile) records."""
+def _profile_source(out: Path, stem: str, key: str = "source") -> str | None:
+    """The ``source`` (or ``key``) that ``out/<stem>.json`` (a by-position or by-context profile,
+    a bench card) records."""
     try:
-        return str(json.loads((out / f"{stem}.json").read_text())["source"])
+        return str(json.loads((out / f"{stem}.json").read_text())[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -388,25 +405,35 @@ def _copy_measured(
 
 
 def refresh_card(name: str, registry: Registry | None = None) -> CheckpointEntry:
-    """Render the model card of the registered checkpoint ``name`` again, from its shipped files
-    and its registry entry (metrics, recipe, repo), and re-register it: for when the card's
-    template changes. Weights and config are untouched; ``revision`` is kept only if the card
-    did not change (a changed card must be pushed again).
+    """Render the model card of the registered checkpoint ``name`` again from its shipped files
+    (``config.json``, ``training.json``, the curves, samples and bench files beside it) and its
+    registry entry (metrics, repo), for when the card's template changes. Nothing is measured or
+    loaded, and only ``README.md`` is written; the entry changes only in ``README.md``'s sha256
+    and size, and its ``revision`` is dropped if the card changed (a changed card must be pushed
+    again). ``zoo export --register`` from the shipped folder exports everything again instead.
 
     Raises:
-        UnknownModelError: no such entry; CheckpointError: its shipped copy is not here.
+        UnknownModelError: no such entry.
+        CheckpointError: its shipped copy is not here.
+        UnsafePathError: a file of the folder is a symlink or not a regular file.
     """
     registry = registry or load_registry()
     entry = registry.get(name)
     folder = registry.shipped_dir / entry.name
-    if not (folder / "training.json").is_file():
+    if not (folder / "training.json").is_file() or not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder} has no shipped copy of {entry.name}: `zoo pull` it first.")
-    before = sha256_file(folder / "README.md") if (folder / "README.md").is_file() else None
-    export_run(folder, folder, name=entry.name, recipe=folder / "recipe.yaml",
-               metrics=list(entry.metrics), repo_id=entry.repo_id)  # fmt: skip
-    revision = entry.revision if sha256_file(folder / "README.md") == before else None
-    return register(folder, name=entry.name, recipe=entry.recipe, metrics=list(entry.metrics),
-                    repo_id=entry.repo_id, revision=revision, registry=registry)  # fmt: skip
+    _checked_out(folder, f"rendering the card of {folder}")
+    config = json.loads((folder / "config.json").read_text())
+    facts = json.loads((folder / "training.json").read_text())
+    card = folder_card(folder, entry.name, config, list(entry.metrics), facts, entry.repo_id)
+    card.save(folder / "README.md")
+    readme = {"sha256": sha256_file(folder / "README.md"),
+              "size": (folder / "README.md").stat().st_size}  # fmt: skip
+    if entry.files.get("README.md") == readme:
+        return entry
+    entry = dataclasses.replace(entry, files=entry.files | {"README.md": readme}, revision=None)
+    registry.with_entry(entry).save()
+    return entry
 
 
 def register(

@@ -56,8 +56,12 @@ class Translation(CheckpointAsData, LightningModule):
         label_smoothing: ``epsilon_ls`` (paper: 0.1).
         warmup_steps: the schedule's warmup (paper: 4000).
         lr_scale: multiplies the paper's schedule (1.0 = the paper).
-        betas, eps: Adam's (paper: (0.9, 0.98), 1e-9).
-        beam_size, alpha, max_len_a, max_len_b: beam search at test time (paper: 4, 0.6, 1, 50).
+        betas: Adam's betas (paper: (0.9, 0.98)).
+        eps: Adam's epsilon (paper: 1e-9).
+        beam_size: beam search at test time: the beam (paper: 4).
+        alpha: its length penalty exponent (paper: 0.6).
+        max_len_a: its output limit ``max_len_a * source_length + max_len_b`` (paper: 1).
+        max_len_b: the constant of that limit (paper: 50).
         val_bleu: translate the validation set greedily and report BLEU at each validation.
         gradient_checkpointing: recompute each encoder and decoder layer (LSTM: decoder step) in
             the backward pass instead of keeping its activations

@@ -127,7 +127,8 @@ def moba_attention(
     Args:
         q: ``(B, H, T, D)`` queries, the last ``T`` of the ``S`` positions (``T = S`` for a whole
             sequence, ``T = 1`` when decoding with a cache).
-        k, v: ``(B, H, S, D)`` keys and values.
+        k: ``(B, H, S, D)`` keys.
+        v: ``(B, H, S, D)`` values.
         block_size: MoBA's ``B``, key positions per block.
         top_k: blocks per query, its own block included.
         means: the whole blocks' mean keys ``(B, H, S // block_size, D)`` fp32 when the caller
