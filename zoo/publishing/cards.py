@@ -181,15 +181,9 @@ def model_card(
     samples; ``bench`` (the text of ``zoo bench``'s ``bench.md``) and ``bench_plot`` a section on
     time and memory by sequence length.
     """
-    from zoo.models.registry import get_preset
-
     card = TASK_CARDS[task]
     model_type = config["model_type"]
-    model_name = name.rsplit(".", 1)[0]
-    try:
-        description = get_preset(model_name).description
-    except KeyError:
-        description = model_type
+    model_name, description = _described(name, model_type)
     dataset = facts.get("data", {}).get("dataset") or (metrics[0].dataset if metrics else "")
     data = _metadata(name, task, card, model_type, facts, metrics, dataset)
     results, caveats, direction = _results_rows(name, metrics)
@@ -202,10 +196,7 @@ def model_card(
     pictures = samples_section(name, samples) + bench_section(name, bench, bench_plot)
     cfg = config["config"]
     config_rows = "\n".join(f"| `{k}` | `{v}` |" for k, v in cfg.items())
-    extra = facts.get("data", {}).get("extra_train") or []
-    corpus = DATASETS.get(dataset, dataset) + "".join(
-        f". Its training data also held the training split of {DATASETS.get(e, e)}" for e in extra
-    )
+    corpus = _corpus(dataset, facts.get("data", {}).get("extra_train") or [])
     use = card.use.replace("{name}", name).replace("{repo_id}", repo_id)
     use = use.replace("{decoding}", _decoding_arguments(metrics))
     body = f"""
@@ -243,6 +234,23 @@ Rows measured on a slice say so: only "all" rows are the split's score.
 {_limitations(card, attention_structure, metrics)}
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{standalone(body)}")
+
+
+def _described(name: str, model_type: str) -> tuple[str, str]:
+    """The card's model name (``NAME`` without its data set) and its preset's description."""
+    from zoo.models.registry import get_preset
+
+    model_name = name.rsplit(".", 1)[0]
+    try:
+        return model_name, get_preset(model_name).description
+    except KeyError:
+        return model_name, model_type
+
+
+def _corpus(dataset: str, extra: list[str]) -> str:
+    """The card's wording of the training data: the data set, and any extra training splits."""
+    also = ". Its training data also held the training split of "
+    return DATASETS.get(dataset, dataset) + "".join(also + DATASETS.get(e, e) for e in extra)
 
 
 def _metadata(name, task, card, model_type, facts, metrics, dataset) -> ModelCardData:
