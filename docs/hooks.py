@@ -54,7 +54,10 @@ def linked(src_uri: str, target: str) -> str | None:
         return None
     path = target.split("#")[0].split("?")[0]
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(repo_path(src_uri)), path))
-    return None if not path or resolved.startswith("..") else resolved
+    if not path or resolved.startswith(".."):
+        return None
+    # a symlink may not lead out of the repository either: nothing outside it joins the site
+    return resolved if (ROOT / resolved).resolve().is_relative_to(ROOT.resolve()) else None
 
 
 def publishable(path: str) -> bool:

@@ -130,6 +130,19 @@ def test_links_to_repository_files_are_rewritten():
     assert hooks.rewrite("[a](../Makefile#L1)", "cli.md") == "[a](repo/Makefile#L1)"
 
 
+def test_links_that_leave_the_repository_stay_out_of_the_site(tmp_path, monkeypatch):
+    hooks = load_hooks()
+    (tmp_path / "repo" / "docs").mkdir(parents=True)
+    (tmp_path / "secret.txt").write_text("outside")
+    (tmp_path / "repo" / "inside.txt").write_text("inside")
+    (tmp_path / "repo" / "escape").symlink_to(tmp_path / "secret.txt")
+    monkeypatch.setattr(hooks, "ROOT", tmp_path / "repo")
+    assert hooks.linked("page.md", "../inside.txt") == "inside.txt"
+    assert hooks.linked("page.md", "../../secret.txt") is None  # by ..
+    assert hooks.linked("page.md", "../escape") is None  # by a symlink
+    assert hooks.rewrite("[s](../escape)", "page.md") == "[s](../escape)"  # left to --strict
+
+
 def test_readme_is_a_front_door():
     lines = len((REPO / "README.md").read_text().splitlines())
     assert lines <= 250, f"README.md has {lines} lines"
