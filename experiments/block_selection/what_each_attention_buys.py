@@ -55,7 +55,9 @@ MODELS = {
         "top2 routing", "local + routing (shifted keys) in the top 2 layers",
     ),
     "transformer_lm_small_moba.pg19mini": ("MoBA", "MoBA, blocks of 128, top-4"),
-    "transformer_lm_small_nsa.pg19mini": ("NSA", "NSA"),
+    "transformer_lm_small_nsa.pg19mini": (
+        "NSA", "NSA: compressed 32/16, 6 blocks of 64, window 128",
+    ),
 }
 
 
