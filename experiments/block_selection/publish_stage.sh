@@ -50,7 +50,7 @@ from zoo.probes import gain_metric
 from zoo.profiles import load_copy_probe
 
 out = sys.argv[1]
-if any(m["name"] == "copy_gain" for m in json.load(open(f"{out}/results.json"))["metrics"]):
+if any(m["name"] == "copy_gain" for m in json.load(open(f"{out}/results.json"))):
     sys.exit(0)  # recorded by an earlier run
 metric = gain_metric(load_copy_probe(f"{out}/copy_probe"), 1024, hardware=hardware(),
                      date=datetime.date.today().isoformat())
