@@ -179,9 +179,10 @@ def _plan(blocks: Tensor, S: int, b: int, causal: bool, diagonal: bool = False) 
 
 
 def _chunks(x: Tensor, plan: _Plan) -> Tensor:
-    """Rows ``(B H T, d)`` -> chunk layout ``(NC, R, d)``, zeros in padding rows (one gather)."""
+    """Rows ``(B H T, d)`` -> chunk layout ``(NC, R, d)``, zeros in padding rows (one gather:
+    ``index_select``, which on a CPU runs about twice as fast as indexing with a tensor)."""
     padded = torch.cat([x, x.new_zeros(1, x.shape[-1])])
-    return padded[plan.slot].view(-1, plan.rows, x.shape[-1])
+    return padded.index_select(0, plan.slot).view(-1, plan.rows, x.shape[-1])
 
 
 def _merge(o: Tensor, lse: Tensor, grid: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -219,13 +220,13 @@ def _torch_path(q: Tensor, k: Tensor, v: Tensor, plan: _Plan, b: int, scale: flo
     kb, vb = _key_blocks(k, b), _key_blocks(v, b)
     qp = _chunks(q.reshape(-1, D) * scale, plan)  # (NC, R, D)
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
-    s = torch.bmm(qp, kb[plan.chunk_block].transpose(1, 2)).to(acc)  # (NC, R, b)
+    s = torch.bmm(qp, kb.index_select(0, plan.chunk_block).transpose(1, 2)).to(acc)  # (NC, R, b)
     nm = plan.n_masked
     s = torch.cat([s[:nm].masked_fill(~plan.allowed, float("-inf")), s[nm:]])
     m = s.detach().amax(-1)  # (NC, R): finite, every row has a key
     e = torch.exp(s - m[..., None])
     l = e.sum(-1)
-    o = torch.bmm(e.to(v.dtype), vb[plan.chunk_block]).to(acc) / l[..., None]
+    o = torch.bmm(e.to(v.dtype), vb.index_select(0, plan.chunk_block)).to(acc) / l[..., None]
     n = plan.grid.numel() // (B * H * T)
     lse = _rows((m + l.log()).reshape(-1, 1), float("-inf"))[:, 0]
     out, _ = _merge(_rows(o.reshape(-1, o.shape[-1]), 0.0), lse, plan.grid, n)
@@ -289,8 +290,8 @@ class _FlashCPU(torch.autograd.Function):
     def forward(ctx, q, k, v, plan: _Plan, b: int, scale: float):  # noqa: ANN001, ANN205
         B, H, T, D = q.shape
         qp = _chunks(q.reshape(-1, D), plan)[:, None]  # (NC, 1, R, D)
-        kc = _key_blocks(k, b)[plan.chunk_block][:, None]  # (NC, 1, b, D)
-        vc = _key_blocks(v, b)[plan.chunk_block][:, None]
+        kc = _key_blocks(k, b).index_select(0, plan.chunk_block)[:, None]  # (NC, 1, b, D)
+        vc = _key_blocks(v, b).index_select(0, plan.chunk_block)[:, None]
         nm, NC, R = plan.n_masked, plan.chunk_block.numel(), plan.rows
         acc = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
         # every piece's rows, written once where _merge reads them: [chunks | diagonal | none]
@@ -345,7 +346,7 @@ class _FlashCPU(torch.autograd.Function):
         # each key block's chunks are adjacent in block order: one segmented sum, no scatter
         dk, dv = (
             torch.segment_reduce(
-                (x[plan.order] if nm else x).flatten(1), "sum", lengths=plan.lengths
+                (x.index_select(0, plan.order) if nm else x).flatten(1), "sum", lengths=plan.lengths
             )
             .view(B * H * nb, b, -1)
             for x in (dk, dv)
