@@ -11,7 +11,7 @@
 
 A row is a model ``PRESET[:BATCHxLENGTH]`` (the shape defaults to ``--batches``), a precision, a
 kernel path and the code it runs. Each step is a forward pass, the byte-level cross-entropy, a
-backward pass and an AdamW update (fused on CUDA) on random bytes, or with ``--text DATASET`` on
+backward pass and a fused AdamW update (as `zoo fit`) on random bytes, or with ``--text DATASET`` on
 windows of real text. Two warm-up steps (Triton
 compiles then), then ``--steps`` timed steps; a row's time is its median step. Each row trains in
 a fresh process, or with ``--together`` all rows of a checkout share one process and take turns
@@ -101,7 +101,7 @@ def trainer(row: dict, device: str):
     else:
         model = zoo.create_model(row["preset"], **row["config"])
     model = model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=device == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), 1e-3, fused=True)  # as zoo fit
     if row.get("text"):
         batches = _text_batches(row["text"], row["batch"], row["length"])
 

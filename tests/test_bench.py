@@ -10,17 +10,21 @@ import torch
 import zoo
 from zoo.bench import BenchRow, bench_lengths, benchmark, measure_length
 from zoo.cli import main
+from zoo.roofline import MatmulPeak, count_flops
 
 FAST = dict(warmup=0, repeats=1, new_tokens=4)
 FAST_ARGS = ["--warmup", "0", "--repeats", "1", "--new-tokens", "4"]
 ROW_KEYS = {
     "seq_len", "forward_s", "forward_peak_bytes", "prompt_tokens", "new_tokens",
     "generate_tokens_per_s", "generate_peak_bytes", "train_step_s", "train_peak_bytes",
+    "forward_flops", "generate_flops_per_token", "train_flops",
 }  # fmt: skip
 CARD_KEYS = {
     "format", "name", "model_type", "parameters", "context", "device", "hardware",
     "torch_version", "precision", "repeats", "warmup", "memory", "date", "zoo_version", "rows",
+    "peak",
 }  # fmt: skip
+ONE_GFLOPS = MatmulPeak(dtype="float32", device="cpu", threads=1, gflops=1.0, shape=(8, 8, 8))
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +63,9 @@ def _assert_measured(row: BenchRow) -> None:
     for peak in (row.forward_peak_bytes, row.generate_peak_bytes, row.train_peak_bytes):
         assert peak is None or (isinstance(peak, int) and peak >= 0)
     assert row.prompt_tokens + row.new_tokens == row.seq_len and row.new_tokens >= 1
+    for flops in (row.forward_flops, row.generate_flops_per_token, row.train_flops):
+        assert isinstance(flops, int) and flops > 0
+    assert row.train_flops > 2 * row.forward_flops  # the backward counts about twice the forward
 
 
 @pytest.mark.parametrize(
@@ -95,7 +102,8 @@ def test_measuring_leaves_the_model_as_it_was():
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
 def test_other_precisions(saved, precision):
-    card = benchmark(str(saved / "lm"), lengths=[256], precision=precision, **FAST)
+    card = benchmark(str(saved / "lm"), lengths=[256], precision=precision, peak=ONE_GFLOPS,
+                     **FAST)  # fmt: skip
     assert card.precision == precision
     _assert_measured(card.rows[0])
 
@@ -114,9 +122,14 @@ def test_zoo_bench_prints_a_table_and_writes_the_card(saved, tmp_path, capsys):
     assert data["hardware"].endswith("(1 threads)")  # --threads, named with the CPU
     table = [line for line in md if line.startswith("|")]
     assert table[0].startswith("| length | forward (ms) | forward peak (MiB) | generation")
-    assert [line.split("|")[1].strip() for line in table[2:]] == ["256", "512"]  # sorted
+    assert [line.split("|")[1].strip() for line in table[2:4]] == ["256", "512"]  # sorted
+    assert table[4].startswith("| length | forward (GFLOP/s) |")  # then the executed FLOP/s
+    assert [line.split("|")[1].strip() for line in table[6:]] == ["256", "512"]
+    assert "Executed FLOP/s" in printed and "%pk" in printed
 
-    assert set(data) == CARD_KEYS and data["format"] == "zoo-bench/1"
+    assert set(data) == CARD_KEYS and data["format"] == "zoo-bench/2"
+    assert data["peak"]["dtype"] == "float32" and data["peak"]["gflops"] > 0
+    assert data["peak"]["threads"] == 1 and len(data["peak"]["shape"]) == 3
     assert data["context"] == 1024 and data["model_type"] == "transformer_lm"
     assert data["parameters"] > 0 and data["torch_version"] == torch.__version__
     assert [r["seq_len"] for r in data["rows"]] == [256, 512]
@@ -170,3 +183,36 @@ def test_an_encoder_decoder_decodes_into_its_cache_as_translate_does(saved):
         steps = [_step(model, x[:, t : t + 1], cache) for t in range(8, 12)]
         full = model(x, x).logits
     torch.testing.assert_close(torch.cat([logits, *steps], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_flop_counts_are_the_models_matrix_products(saved):
+    """A forward's count is the one of its matrix products and attention: counted again around
+    the same call it is equal; a decoding step counts about 2 FLOPs per weight it multiplies."""
+    model = zoo.from_pretrained(saved / "lm")
+    (row,) = benchmark(str(saved / "lm"), lengths=[256], peak=ONE_GFLOPS, **FAST).rows
+    x = torch.randint(0, 256, (1, 256), generator=torch.Generator().manual_seed(256))
+    with torch.no_grad():
+        assert count_flops(lambda: model(x)) == row.forward_flops
+    c = model.config
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    head, attention = c.vocab_size * c.d_model, 4 * 256 * c.d_model * c.n_layers  # at most
+    assert 2 * weights <= row.generate_flops_per_token <= 2 * (weights + head) + attention
+
+
+def test_the_card_gives_each_rate_as_a_share_of_the_peak(saved, tmp_path):
+    from zoo.bench import render_markdown
+
+    card = benchmark(str(saved / "lm"), lengths=[256], peak=ONE_GFLOPS, **FAST)
+    (row,) = card.rows
+    assert row.gflops("forward") == pytest.approx(row.forward_flops / row.forward_s / 1e9)
+    assert row.gflops("generate") == pytest.approx(
+        row.generate_flops_per_token * row.generate_tokens_per_s / 1e9
+    )
+    md = render_markdown(card).splitlines()
+    at = md.index(next(line for line in md if line.startswith("Executed FLOP/s.")))
+    assert "1.0 GFLOP/s" in md[at] and "8 x 8 x 8" in md[at]
+    assert md[at + 2].startswith("| length | forward (GFLOP/s) | forward (% of peak) |")
+    cells = [c.strip() for c in md[at + 4].strip("|").split("|")]
+    expected = [f"{100 * row.gflops(k):.0f} %" for k in ("forward", "generate", "train")]
+    assert cells[0] == "256" and cells[2::2] == expected  # a peak of 1 GFLOP/s
+    assert cells[1::2] == [f"{row.gflops(k):,.1f}" for k in ("forward", "generate", "train")]

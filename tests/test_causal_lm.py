@@ -82,3 +82,31 @@ def test_a_non_finite_step_is_skipped_and_leaves_the_weights(fault):
     assert changed == (fault is None)
     assert module.skipped_steps == (0 if fault is None else 2)
     assert all(v.isfinite().all() for v in after.values())
+
+
+def test_the_optimizer_is_one_fused_adamw_step():
+    """AdamW with fused=True, weight decay on the matrices only: the same update as the default
+    (foreach) AdamW on the same groups, to rounding, in one kernel for all parameters."""
+    torch.manual_seed(0)
+    module = CausalLM("transformer_lm_tiny", warmup_steps=0, weight_decay=0.1)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"] is True
+    skip = ("params", "fused", "foreach")
+    copies = [
+        [p.detach().clone().requires_grad_() for p in g["params"]] for g in optimizer.param_groups
+    ]
+    reference = torch.optim.AdamW(
+        [{**{k: v for k, v in g.items() if k not in skip}, "params": c}
+         for g, c in zip(optimizer.param_groups, copies, strict=True)]
+    )  # fmt: skip
+    assert [g["weight_decay"] for g in reference.param_groups] == [0.1, 0.0]
+    ours = [p for g in optimizer.param_groups for p in g["params"]]
+    theirs = [p for c in copies for p in c]
+    for _ in range(3):
+        for p, q in zip(ours, theirs, strict=True):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        optimizer.step()
+        reference.step()
+    for p, q in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)

@@ -16,6 +16,12 @@ process's peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs`` 
 freed heap to the system with ``malloc_trim``), which counts everything the process touched
 (oneDNN scratch, the allocator's slack), not only tensors; elsewhere ``None``.
 
+Beside the times, each measurement's **executed FLOP/s**: the FLOPs of one more run of it, counted
+by :mod:`zoo.roofline` (matrix products and attention), over its median time; and the
+card's **matrix-product peak**, the best ``torch.mm`` rate of the precision's compute dtype on this
+machine and thread count (:func:`zoo.roofline.matmul_peak`), so that each figure is also a
+fraction of what the machine can do. Generation's is per decoded token, times tokens/s.
+
 An encoder-decoder (translation) model reads a source of ``n`` tokens and a target of ``n``
 tokens: forward and training step run both, generation encodes the source and decodes into the
 target as :func:`zoo.translate` does; its lengths start at 32.
@@ -30,10 +36,7 @@ naming the checkpoint and the hardware, then the table), ``bench.json`` and ``be
 from __future__ import annotations
 
 import copy
-import ctypes
-import ctypes.util
 import datetime
-import gc
 import json
 import math
 import statistics
@@ -50,6 +53,8 @@ from torch import nn
 from zoo.drawing import plot_bench_card
 from zoo.errors import ConfigError
 from zoo.lineage import device_name
+from zoo.memory import peak_memory_method, peak_memory_since, peak_memory_start
+from zoo.roofline import MatmulPeak, count_flops, counting, matmul_peak
 
 __all__ = [
     "PRECISIONS",
@@ -69,7 +74,7 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype]] = {
     "16-mixed": (torch.float16, torch.float32),
     "bf16-true": (None, torch.bfloat16),
 }
-FORMAT = "zoo-bench/1"  # bench.json's "format"
+FORMAT = "zoo-bench/2"  # bench.json's "format" (2: FLOPs and the matmul peak)
 MIB = 2**20
 
 
@@ -87,6 +92,18 @@ class BenchRow:
     generate_peak_bytes: int | None
     train_step_s: float
     train_peak_bytes: int | None
+    forward_flops: int | None = None  # executed FLOPs of one forward pass (zoo.roofline)
+    generate_flops_per_token: int | None = None  # of one cached decoding step, on average
+    train_flops: int | None = None  # of one training step
+
+    def gflops(self, what: str) -> float | None:
+        """Executed GFLOP/s of ``what``: ``"forward"``, ``"generate"`` or ``"train"``."""
+        flops, seconds = {
+            "forward": (self.forward_flops, self.forward_s),
+            "generate": (self.generate_flops_per_token, 1 / self.generate_tokens_per_s),
+            "train": (self.train_flops, self.train_step_s),
+        }[what]
+        return None if flops is None else flops / seconds / 1e9
 
 
 @dataclass
@@ -107,6 +124,7 @@ class BenchCard:
     date: str  # ISO date
     zoo_version: str
     rows: list[BenchRow] = field(default_factory=list)
+    peak: MatmulPeak | None = None  # the compute dtype's matrix-product peak here
     format: str = FORMAT
 
     def to_dict(self) -> dict:
@@ -142,64 +160,9 @@ def _device(device: str) -> torch.device:
     return dev
 
 
-def _hardware(device: torch.device) -> str:
-    """The GPU's name, or the CPU's model name and torch's thread count."""
-    return device_name(device)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-# --- peak memory -----------------------------------------------------------------------------------
-def _status_bytes(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024  # reported in kB
-    raise OSError(f"/proc/self/status has no {key}")
-
-
-def _malloc_trim() -> None:
-    """Return freed heap to the system (glibc), so RSS before a measurement is what is live."""
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
-
-
-def _memory_start(device: torch.device) -> int | None:
-    """Reset the peak counter; the bytes in use now (``None``: peak memory not measurable)."""
-    gc.collect()
-    if device.type == "cuda":
-        _sync(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device)
-    _malloc_trim()
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to VmRSS (Linux >= 4.0)
-        return _status_bytes("VmRSS")
-    except OSError:
-        return None
-
-
-def _memory_peak(device: torch.device, start: int | None) -> int | None:
-    """Bytes of peak memory above ``start`` since :func:`_memory_start`."""
-    if start is None:
-        return None
-    if device.type == "cuda":
-        return max(0, torch.cuda.max_memory_allocated(device) - start)
-    return max(0, _status_bytes("VmHWM") - start)
-
-
-def _memory_method(device: torch.device) -> str:
-    """What the peak memory columns measure on ``device``, in words."""
-    if device.type == "cuda":
-        return "torch.cuda.max_memory_allocated above the memory allocated before"
-    if _memory_start(device) is None:
-        return "not measured (needs Linux /proc/self/clear_refs)"
-    return "growth of the process's peak resident set (VmHWM) over its RSS before"
 
 
 # --- the three measurements ------------------------------------------------------------------------
@@ -207,7 +170,7 @@ def _timed(device: torch.device, run: Callable[[], float | None], warmup: int, r
     """Median seconds of ``repeats`` calls of ``run`` after ``warmup``, and the peak memory (bytes)
     over all of them. ``run`` returns its own time (seconds) when it must exclude set-up, else
     ``None`` and the whole call is timed."""
-    start = _memory_start(device)
+    start = peak_memory_start(device)
     times = []
     for i in range(warmup + repeats):
         t0 = time.perf_counter()
@@ -215,7 +178,7 @@ def _timed(device: torch.device, run: Callable[[], float | None], warmup: int, r
         _sync(device)
         if i >= warmup:
             times.append(own if own is not None else time.perf_counter() - t0)
-    return statistics.median(times), _memory_peak(device, start)
+    return statistics.median(times), peak_memory_since(device, start)
 
 
 SEQ2SEQ_START = 32  # encoder-decoders' shortest length: translation sentences are short
@@ -252,6 +215,23 @@ def _step(model: nn.Module, token: torch.Tensor, cache) -> torch.Tensor:
     return model(token, past_key_values=cache).logits
 
 
+def _decode(model, x, prompt_len: int, steps: int, device, counted: list[int] | None) -> float:  # noqa: ANN001
+    """Seconds of ``steps`` cached greedy steps after encoding ``x[:, :prompt_len]`` (untimed);
+    with ``counted``, their FLOPs are appended to it."""
+    logits, cache = _prefill(model, x, prompt_len)  # (1, prompt_len, V), untimed
+    token = logits[:, -1, :].float().argmax(-1, keepdim=True)  # (1, 1)
+    _sync(device)
+    t0 = time.perf_counter()
+    with counting() if counted is not None else nullcontext() as total:
+        for _ in range(steps):  # the cached loop of zoo.generate, greedy
+            logits = _step(model, token, cache)
+            token = logits[:, -1, :].float().argmax(-1, keepdim=True)
+    _sync(device)
+    if counted is not None:
+        counted.append(total())
+    return time.perf_counter() - t0
+
+
 def measure_length(
     model: nn.Module,
     n: int,
@@ -279,27 +259,21 @@ def measure_length(
             _full(model, x)
 
     forward_s, forward_peak = _timed(device, forward, warmup, repeats)
+    forward_flops = count_flops(forward)
 
     prompt_len = max(1, n - new_tokens)
     steps = n - prompt_len  # new_tokens; fewer (n - 1) when n <= new_tokens
 
-    def decode() -> float:
+    def decode(counted: list[int] | None = None) -> float:
         with torch.no_grad(), autocast():
-            logits, cache = _prefill(model, x, prompt_len)  # (1, prompt_len, V), untimed
-            token = logits[:, -1, :].float().argmax(-1, keepdim=True)  # (1, 1)
-            _sync(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):  # the cached loop of zoo.generate, greedy
-                logits = _step(model, token, cache)
-                token = logits[:, -1, :].float().argmax(-1, keepdim=True)
-            _sync(device)
-            return time.perf_counter() - t0
+            return _decode(model, x, prompt_len, steps, device, counted)
 
     decode_s, generate_peak = _timed(device, decode, warmup, repeats)
+    decode(counted := [])
 
     saved = copy.deepcopy(model.state_dict())
     y = _tokens(model, n, device, seed=n + 1)  # (1, n) targets
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)  # as zoo fit's
     scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype == torch.float16)
     model.train()
 
@@ -314,6 +288,7 @@ def measure_length(
 
     try:
         train_s, train_peak = _timed(device, train_step, warmup, repeats)
+        train_flops = count_flops(train_step)
     finally:
         model.eval()
         model.load_state_dict(saved)
@@ -327,6 +302,9 @@ def measure_length(
         generate_peak_bytes=generate_peak,
         train_step_s=train_s,
         train_peak_bytes=train_peak,
+        forward_flops=forward_flops,
+        generate_flops_per_token=round(counted[0] / steps),
+        train_flops=train_flops,
     )
 
 
@@ -340,9 +318,12 @@ def benchmark(
     warmup: int = 1,
     repeats: int = 5,
     progress: bool = False,
+    peak: MatmulPeak | None = None,
 ) -> BenchCard:
     """Measure the checkpoint ``name`` (anything :func:`zoo.from_pretrained` takes) at each length
     (default :func:`bench_lengths` of its context); see the module docstring for what is measured.
+    ``peak``: the machine's matrix-product peak for the precision's compute dtype, measured
+    (:func:`zoo.roofline.matmul_peak`) when ``None``.
 
     Raises:
         ConfigError: an unavailable device, an unknown precision, a length outside
@@ -376,14 +357,15 @@ def benchmark(
         parameters=sum(p.numel() for p in model.parameters()),
         context=context,
         device=str(dev),
-        hardware=_hardware(dev),
+        hardware=device_name(dev),  # the GPU, or the CPU and threads
         torch_version=torch.__version__,
         precision=precision,
         repeats=repeats,
         warmup=warmup,
-        memory=_memory_method(dev),
+        memory=peak_memory_method(dev),
         date=datetime.date.today().isoformat(),
         zoo_version=__version__,
+        peak=peak or matmul_peak(PRECISIONS[precision][0] or PRECISIONS[precision][1], device=dev),
     )
     options = dict(device=dev, precision=precision, new_tokens=new_tokens, warmup=warmup,
                    repeats=repeats)  # fmt: skip
@@ -414,6 +396,37 @@ COLUMNS = (  # (markdown header, terminal header, BenchRow field, format)
     ("train step (ms)", "train ms", "train_step_s", "ms"),
     ("train peak (MiB)", "train MiB", "train_peak_bytes", "mib"),
 )
+
+
+FLOP_COLUMNS = (("forward", "fwd"), ("generation", "gen"), ("train step", "train"))
+_FLOP_KEYS = ("forward", "generate", "train")
+
+
+def flop_rows(card: BenchCard) -> list[list[str]]:
+    """Per length: the executed GFLOP/s of forward, generation and training step, each followed
+    by its percentage of the card's matrix-product peak (``-`` where not counted)."""
+    rows = []
+    for r in card.rows:
+        cells = [str(r.seq_len)]
+        for key in _FLOP_KEYS:
+            rate = r.gflops(key)
+            share = None if rate is None or card.peak is None else 100 * rate / card.peak.gflops
+            cells += [_cell(rate, "{:,.1f}"), _cell(share, "{:.0f} %")]
+        rows.append(cells)
+    return rows
+
+
+def peak_line(card: BenchCard) -> str:
+    """What the percentages are of: the peak, its product's shape and the threads."""
+    if card.peak is None:
+        return "The matrix-product peak was not measured."
+    k = card.peak
+    return (
+        f"% of peak: of this machine's {k.dtype} matrix-product peak, {k.gflops:,.1f} GFLOP/s "
+        f"(the best torch.mm, at {k.shape[0]} x {k.shape[1]} x {k.shape[2]}, {k.threads} "
+        "threads; zoo.roofline). FLOPs: matrix products and attention, counted by "
+        "torch.utils.flop_counter on one run."
+    )
 
 
 def _cell(value, fmt: str) -> str:
@@ -460,6 +473,14 @@ def render_markdown(card: BenchCard) -> str:
         "| " + " | ".join(h for h, _, _, _ in COLUMNS) + " |",
         "|" + "---:|" * len(COLUMNS),
         *("| " + " | ".join(cells) + " |" for cells in table_rows(card)),
+        "",
+        "Executed FLOP/s. " + peak_line(card),
+        "",
+        "| length | "
+        + " | ".join(f"{h} (GFLOP/s) | {h} (% of peak)" for h, _ in FLOP_COLUMNS)
+        + " |",
+        "|" + "---:|" * (1 + 2 * len(FLOP_COLUMNS)),
+        *("| " + " | ".join(cells) + " |" for cells in flop_rows(card)),
     ]
     return "\n".join(lines) + "\n"
 

@@ -107,6 +107,6 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, plan: GatheredPlan) -> T
         gather(q, plan.q_index),
         gather(k, plan.k_index),
         gather(v, plan.k_index),
-        attn_mask=plan.allowed,
+        attn_mask=plan.allowed[None],  # 4-D: a 3-D mask sends CPU SDPA to its unfused math path
     )  # (B H, nb, Lq, D)
     return y.view(B, H, -1, y.shape[-1])[:, :, plan.slot]

@@ -23,6 +23,22 @@ def _default_out_dir(name: str) -> Path:
     return Path("bench") / (local.resolve().name if local is not None else name.replace("/", "--"))
 
 
+def _flop_table(card):  # noqa: ANN001, ANN202
+    """The terminal's table of executed GFLOP/s and shares of the peak (bench.md's second)."""
+    from rich.table import Table
+
+    from zoo.bench import FLOP_COLUMNS, flop_rows, peak_line
+
+    flops = Table(title="Executed FLOP/s", caption=peak_line(card))
+    flops.add_column("length", justify="right")
+    for _, header in FLOP_COLUMNS:
+        flops.add_column(f"{header} GFLOP/s", justify="right")
+        flops.add_column(f"{header} %pk", justify="right")
+    for cells in flop_rows(card):
+        flops.add_row(*cells)
+    return flops
+
+
 # --- zoo bench -------------------------------------------------------------------------------------
 def bench_main(args: list[str]) -> None:
     """``zoo bench NAME``: measure, print a table, write the card (see the module docstring)."""
@@ -87,6 +103,8 @@ def bench_main(args: list[str]) -> None:
         table.add_column(header, justify="right")
     for cells in table_rows(card):
         table.add_row(*cells)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(_flop_table(card))
     paths = write_card(card, ns.out_dir or _default_out_dir(ns.name))
     print(f"wrote {', '.join(str(p) for p in paths)}")

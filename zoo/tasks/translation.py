@@ -218,7 +218,7 @@ class Translation(CheckpointAsData, LightningModule):
         hp = self.hparams
         peak = hp.lr_scale * self.model.config.d_model**-0.5 * hp.warmup_steps**-0.5
         optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=peak, betas=tuple(hp.betas), eps=hp.eps
+            self.model.parameters(), lr=peak, betas=tuple(hp.betas), eps=hp.eps, fused=True
         )
         # min(s/w, sqrt(w/s)) * d^-0.5 w^-0.5 = d^-0.5 min(s^-0.5, s w^-1.5): the paper's formula
         scheduler = torch.optim.lr_scheduler.LambdaLR(
