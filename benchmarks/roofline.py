@@ -19,6 +19,10 @@
    (``torch.profiler``, self CPU time), summed by kind (:func:`kind_of`): matrix products,
    attention kernels, the loss, the optimizer, and element-wise work and norms (the rest).
    The tokens are in memory: there is no data loading to time.
+4. **Compiled** (``--compile``): every fp32 case again through ``torch.compile`` (``nn.Module.compile``
+   for training and evaluation, ``zoo.generate(compile=True)`` for decoding), timed in the same
+   turns, with its eager twin's FLOPs (the same arithmetic); its first run's extra seconds are
+   the compile time.
 
 bf16 cases run only where oneDNN computes bf16 natively (AVX512-BF16 or AMX), or with
 ``--dtypes bfloat16`` named: elsewhere a bf16 training step takes minutes. Writes
@@ -41,6 +45,7 @@ import torch.nn.functional as F
 
 import zoo
 from benchmarks.harness import machine
+from zoo.errors import compile_failure
 from zoo.precision import native_bf16_cpu
 from zoo.roofline import PEAK_SHAPES, count_flops, matmul_rates
 
@@ -66,11 +71,26 @@ CASES: dict[str, tuple[str, str, int, int, str]] = {
 DECODE_PROMPT = 16  # greedy decoding: this many prompt tokens, then length - prompt new ones
 
 
-def _case(preset: str, what: str, batch: int, n: int, dtype: str) -> tuple[Callable, int]:
+COMPILED = " compiled"  # a case's name with this suffix: the same case through torch.compile
+
+
+def case_of(name: str) -> tuple[tuple[str, str, int, int, str], bool]:
+    """The :data:`CASES` entry of ``name`` and whether it runs compiled (``name`` ends with
+    :data:`COMPILED`)."""
+    compiled = name.endswith(COMPILED)
+    return CASES[name.removesuffix(COMPILED)], compiled
+
+
+def _case(
+    preset: str, what: str, batch: int, n: int, dtype: str, compiled: bool = False
+) -> tuple[Callable, int]:
     """``(run, tokens)``: one timed unit of the case (returns its own seconds), the tokens it
-    processes."""
+    processes. ``compiled``: the model through ``nn.Module.compile`` (training, evaluation) or
+    ``zoo.generate(compile=True)`` (decoding)."""
     torch.manual_seed(0)
     model = zoo.create_model(preset, max_seq_len=max(n, 16))
+    if compiled and what != "decode":
+        model.compile()
     vocab = model.config.vocab_size
     x = torch.randint(0, vocab, (batch, n))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
@@ -99,7 +119,7 @@ def _case(preset: str, what: str, batch: int, n: int, dtype: str) -> tuple[Calla
 
     def decode() -> None:
         with autocast:
-            zoo.generate(model, prompt, n - DECODE_PROMPT, temperature=0)
+            zoo.generate(model, prompt, n - DECODE_PROMPT, temperature=0, compile=compiled)
 
     return decode, batch * (n - DECODE_PROMPT)
 
@@ -120,16 +140,29 @@ def measure_cases(
     """Every case's FLOPs, median seconds and tokens/s, timed in turns (module docstring), and
     the ``torch.mm`` rates of every dtype and shape, measured before each round: each shape's
     median over the rounds, so that the peak, like the cases, is not one lucky spell."""
-    units, rows = {}, {}
+    units, rows, failed = {}, {}, {}
     measured: dict[str, list[dict]] = {d: [] for d in dtypes}
     for name in names:
-        preset, what, batch, n, dtype = CASES[name]
-        run, tokens = _case(preset, what, batch, n, dtype)
-        flops = _decode_flops(preset, batch, n) if what == "decode" else count_flops(run)
-        run(), run()  # warm-up
+        (preset, what, batch, n, dtype), compiled = case_of(name)
+        run, tokens = _case(preset, what, batch, n, dtype, compiled)
+        if what == "decode":
+            flops = _decode_flops(preset, batch, n)
+        else:  # a compiled case executes the eager case's arithmetic; count it there
+            flops = count_flops(_case(preset, what, batch, n, dtype)[0])
+        t0 = time.perf_counter()
+        try:
+            run()  # warm-up (and the compile)
+        except Exception as e:
+            if compile_failure(e) is None:
+                raise
+            failed[name] = compile_failure(e)
+            continue
+        first = time.perf_counter() - t0
+        run()
         units[name] = run
         rows[name] = dict(case=name, preset=preset, what=what, batch=batch, length=n,
-                          dtype=dtype, tokens=tokens, flops=flops, times=[])  # fmt: skip
+                          dtype=dtype, tokens=tokens, flops=flops, times=[],
+                          first_seconds=first if compiled else None)  # fmt: skip
     for _ in range(rounds):
         for d in dtypes:
             measured[d].append(matmul_rates(getattr(torch, d), shapes=PEAK_SHAPES))
@@ -142,11 +175,16 @@ def measure_cases(
         r["seconds"] = statistics.median(r["times"])
         r["tokens_per_s"] = r["tokens"] / r["seconds"]
         r["gflops"] = r["flops"] / r["seconds"] / 1e9
+        first = r.pop("first_seconds")
+        r["compile_s"] = None if first is None else first - r["seconds"]
     peaks = {
         d: {shape: statistics.median(m[shape] for m in ms if shape in m) for shape in ms[0]}
         for d, ms in measured.items()
     }
-    return list(rows.values()), peaks
+    failures = [dict(case=name, batch=CASES[name.removesuffix(COMPILED)][2],
+                     length=CASES[name.removesuffix(COMPILED)][3], compile_failed=cause)
+                for name, cause in failed.items()]  # fmt: skip
+    return list(rows.values()) + failures, peaks
 
 
 KINDS = ("matrix products", "attention", "loss", "optimizer", "element-wise and norms")
@@ -172,7 +210,7 @@ def profile_shares(name: str, steps: int) -> dict[str, float]:
     """The share of each kind of op in the self CPU time of ``steps`` runs of case ``name``."""
     from torch.profiler import ProfilerActivity, profile
 
-    preset, what, batch, n, dtype = CASES[name]
+    (preset, what, batch, n, dtype), _ = case_of(name)
     run, _ = _case(preset, what, batch, n, dtype)
     run(), run()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -218,18 +256,23 @@ def report(peaks: dict[str, dict], cases: list[dict], command: str,
         f"{DECODE_PROMPT} tokens excluded from its FLOPs (its time includes them).",
         "",
         "| case | batch x length | tokens/s | GFLOP/s | share of its dtype's peak "
-        "| share of the float32 peak |",
-        "|---|---|---:|---:|---:|---:|",
+        "| share of the float32 peak | compile (s) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
 
     def share(rate: float, dtype: str) -> str:
         return f"{100 * rate / best[dtype]:.0f} %" if dtype in best else "-"
 
     for r in cases:
+        if r.get("compile_failed"):
+            lines.append(f"| {r['case']} | {r['batch']} x {r['length']:,} | - | - | - | - | "
+                         f"did not compile ({r['compile_failed']}) |")  # fmt: skip
+            continue
         lines.append(
             f"| {r['case']} | {r['batch']} x {r['length']:,} | {r['tokens_per_s']:,.0f} | "
             f"{r['gflops']:,.1f} | {share(r['gflops'], r['dtype'])} | "
-            f"{share(r['gflops'], 'float32')} |"
+            f"{share(r['gflops'], 'float32')} | "
+            f"{'-' if r.get('compile_s') is None else format(r['compile_s'], '.1f')} |"
         )
     if shares:
         lines += [
@@ -255,15 +298,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=5, help="timed runs per case and round")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--profile", action="store_true", help="also where each case's time goes")
+    p.add_argument("--compile", action="store_true", help="also each fp32 case compiled "
+                   "(torch.compile), timed in the same turns")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("docs/bench"))
     ns = p.parse_args(argv)
     dtypes = ns.dtypes or ["float32", *(["bfloat16"] if native_bf16_cpu() else [])]
     names = ns.cases or [n for n, c in CASES.items() if c[4] in dtypes]
+    if ns.compile:
+        names += [n + COMPILED for n in names if CASES[n][4] == "float32"]
     cases, peaks = measure_cases(names, ns.steps, ns.rounds, dtypes)
     command = "python -m benchmarks.roofline " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    shares = {name: profile_shares(name, ns.steps) for name in names} if ns.profile else None
+    shares = {name: profile_shares(name, ns.steps) for name in names
+              if not name.endswith(COMPILED)} if ns.profile else None  # fmt: skip
     text = report(peaks, cases, command.strip(), shares)
     print(text)
     ns.out.mkdir(parents=True, exist_ok=True)

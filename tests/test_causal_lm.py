@@ -110,3 +110,52 @@ def test_the_optimizer_is_one_fused_adamw_step():
         reference.step()
     for p, q in zip(ours, theirs, strict=True):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_compiled_step_is_the_eager_step(dtype):
+    """compile=True: the logits, the loss and one AdamW update of the eager model, to rounding,
+    in fp32 and under bf16 autocast; the weights keep their names (checkpoints load either way)."""
+    torch._dynamo.reset()
+    modules = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        modules.append(CausalLM("transformer_lm_tiny", warmup_steps=0, compile=compile))
+    eager, compiled = modules
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    torch.manual_seed(1)
+    x = torch.randint(0, 256, (2, 24))
+    results = []
+    for module in modules:
+        optimizer = module.configure_optimizers()["optimizer"]
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            logits = module.model(x).logits
+            nll, count = module._nll((x, x))
+        (nll / count).backward()
+        optimizer.step()
+        results.append((logits.float(), nll, [p.detach().clone() for p in module.parameters()]))
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(results[1][0], results[0][0], **tol)
+    torch.testing.assert_close(results[1][1], results[0][1], **tol)
+    for p, q in zip(results[1][2], results[0][2], strict=True):
+        torch.testing.assert_close(p, q, **tol)
+    assert compiled.model._compiled_call_impl is not None and eager.model._compiled_call_impl is None
+
+
+def test_a_model_the_backend_cannot_compile_is_one_clear_error():
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from zoo.errors import ConfigError
+
+    module = CausalLM("transformer_lm_tiny", compile=True)
+
+    def broken(*args, **kwargs):
+        raise BackendCompilerFailed(broken, RuntimeError("C++ compile error\nline 2"), None)
+
+    module.model._compiled_call_impl = broken
+    x = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(ConfigError, match=r"\(RuntimeError: C\+\+ compile error\): run without "):
+        module._nll((x, x))
+    module.model._compiled_call_impl = lambda *a, **k: (_ for _ in ()).throw(KeyError("bug"))
+    with pytest.raises(KeyError):  # not every error is called a compile failure
+        module._nll((x, x))

@@ -132,6 +132,20 @@ def test_generate_from_the_checkpoint(trained, capsys):
     assert first.startswith("Once upon") and capsys.readouterr().out == first
 
 
+def test_generate_compiled_gives_the_same_text(trained, capsys):
+    args = ["generate", "--checkpoint", str(trained / "checkpoints" / "last.ckpt"),
+            "--prompt", "Once upon", "--max-new-tokens", "10", "--temperature", "0"]  # fmt: skip
+    from torch._dynamo.utils import counters
+
+    main(args)
+    eager = capsys.readouterr().out
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
+    main([*args, "--compile"])
+    assert capsys.readouterr().out == eager and eager.startswith("Once upon")
+    assert counters["stats"]["unique_graphs"] > graphs  # the steps ran compiled
+
+
 @pytest.mark.parametrize(
     "checkpoint, prompt, message",
     [("missing.ckpt", "x", "does not exist"), ("last.ckpt", "x" * 300, "--truncate-prompt")],

@@ -12,6 +12,14 @@ Two rules make a row's tokens the ones it gets alone:
   by re-encoding the group's most recent ``max_seq_len // 2`` tokens into a fresh cache (a
   sliding window); that call reads those positions, every other call only the new ones.
 
+With ``compile=True`` the one-token steps run the model through ``torch.compile`` with dynamic
+shapes (:func:`compiled_step`): one graph serves every cache length and batch size, so the
+Python and dispatch overhead of the step's small operations goes, and the arithmetic is the
+eager model's. The prompt and the re-encodings stay eager. Where the backend cannot compile a
+model's step, a warning says so and decoding goes on eagerly, from a cache rebuilt from the
+tokens (a failed compile may have run part of the step); that model's later decodings do not
+try again.
+
 Padding (:func:`padding_spans`): an ``attention_mask`` ``(B, T)`` of ones (tokens) and zeros
 (padding) is a batch of rows padded on the left (zeros first, as transformers' ``generate``
 wants) or on the right (zeros last). Anything else (holes inside a row, a row of only padding) is
@@ -22,14 +30,17 @@ Shape legend: B batch, T new positions, V vocab_size.
 
 from __future__ import annotations
 
+import warnings
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, compile_failure
 
-__all__ = ["DecodingState", "padding_offsets", "padding_spans"]
+__all__ = ["DecodingState", "compiled_step", "padding_offsets", "padding_spans"]
 
 
 @dataclass
@@ -51,17 +62,27 @@ class DecodingState:
         offsets: ``(B,)`` int64, each row's left padding positions
             (:func:`zoo.models.outputs.padding_offsets`), or ``None`` for none.
         batch_size: ``B`` (when ``offsets`` is ``None``).
+        compile: run the one-token steps compiled (:func:`compiled_step`); the first such step
+            compiles (seconds), every later one reuses the graph. Ignored for a model whose step
+            failed to compile before.
 
     Raises:
         ConfigError: neither ``offsets`` nor ``batch_size``.
     """
 
     def __init__(
-        self, model: nn.Module, offsets: Tensor | None = None, batch_size: int | None = None
+        self,
+        model: nn.Module,
+        offsets: Tensor | None = None,
+        batch_size: int | None = None,
+        *,
+        compile: bool = False,
     ) -> None:
         if offsets is None and batch_size is None:
             raise ConfigError("DecodingState needs the rows' padding offsets or a batch size")
         self.model = model
+        compile = compile and model not in _NOT_COMPILED
+        self.step = compiled_step(model) if compile else model  # the one-token forward
         self.max_len: int = model.config.max_seq_len  # type: ignore[union-attr]
         self.tokens: Tensor | None = None  # (B, L): every position so far, padding included
         self.restarts = 0  # caches re-encoded from recent tokens (past the context)
@@ -114,6 +135,17 @@ class DecodingState:
             self.restarts += 1
         else:
             step = real[:, -T:]
+            if T == 1 and self.step is not self.model:
+                past = cache.seq_len
+                try:
+                    return self.step(step, past_key_values=cache).logits[:, -T:]
+                except Exception as e:
+                    if not _compile_failed(e):
+                        raise
+                    _NOT_COMPILED.add(self.model)  # later calls do not try again
+                    self.step = self.model  # eager from here on, the cache rebuilt from tokens
+                    step = real[:, -(past + T) :]
+                    group.cache = cache = self.model.init_cache(ids.shape[0])
         return self.model(step, past_key_values=cache).logits[:, -T:]
 
     def reorder(self, index: Tensor) -> None:
@@ -141,6 +173,30 @@ class DecodingState:
                 group.cache.reorder(local[index[new_rows]])
             group.rows = new_rows
         self.groups = [group for group in self.groups if group.rows.numel()]
+
+
+_NOT_COMPILED: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # models whose step failed to compile
+
+
+def compiled_step(model: nn.Module) -> Callable[..., object]:
+    """``model``'s forward through ``torch.compile(dynamic=True)``: cache lengths and batch sizes
+    are symbolic, so decoding compiles once (the Inductor backend; on a CPU it needs a C++
+    compiler) rather than at every new position. The same arithmetic as ``model`` (fp32 logits
+    agree to rounding; the tests check greedy tokens are the eager ones)."""
+    return torch.compile(model, dynamic=True)
+
+
+def _compile_failed(e: Exception) -> bool:
+    """Whether ``e`` is the compiler backend failing (:func:`zoo.errors.compile_failure`); if
+    so, warn in one line that decoding goes on eagerly."""
+    cause = compile_failure(e)
+    if cause is not None:
+        warnings.warn(
+            f"torch.compile could not compile the decoding step ({cause}); decoding goes on "
+            "without compiling: the same tokens at eager speed",
+            stacklevel=4,
+        )
+    return cause is not None
 
 
 def padding_spans(attention_mask: Tensor, shape: torch.Size | tuple[int, ...]) -> Tensor | None:

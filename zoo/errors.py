@@ -20,6 +20,7 @@ __all__ = [
     "UnsafePathError",
     "ZooError",
     "ZooWarning",
+    "compile_failure",
 ]
 
 
@@ -96,3 +97,16 @@ class ZooWarning(UserWarning):
 class RetiredCheckpointWarning(ZooWarning):
     """A retired published checkpoint was loaded (``checkpoints.yaml``: its ``retired`` field
     gives the reason and the checkpoint to use instead)."""
+
+
+def compile_failure(error: BaseException) -> str | None:
+    """The one-line cause when ``error`` is ``torch.compile``'s backend failing (Inductor's
+    generated C++ not compiling, no C++ compiler), e.g. ``"CppCompileError: C++ compile
+    error"``; ``None`` for any other error (a bug of the model's own code, bad input)."""
+    from torch._dynamo.exc import BackendCompilerFailed  # Inductor's errors included
+
+    if not isinstance(error, BackendCompilerFailed):
+        return None
+    cause = getattr(error, "inner_exception", None) or error
+    first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    return f"{type(cause).__name__}: {first[:200]}"

@@ -208,6 +208,7 @@ def generate(
     attention_mask: Tensor | None = None,
     repetition_penalty: float = 1.0,
     streamer: object | None = None,
+    compile: bool = False,
 ) -> Tensor:
     """Sample ``max_new_tokens`` tokens after ``prompt``.
 
@@ -240,6 +241,10 @@ def generate(
             multiplied by it when negative, before sampling; 1 leaves logits alone.
         streamer: an object with ``put(ids)`` and ``end()`` (transformers' ``TextStreamer``,
             one row): given the prompt ``(1, T)`` first, then each new token ``(1,)``.
+        compile: run each one-token step through ``torch.compile`` (with ``use_cache``;
+            :func:`zoo.decoding.compiled_step`): the same tokens, faster per token once compiled,
+            but the first step compiles for seconds (docs/speed.md gives both), so it pays off
+            for long or repeated generation.
 
     Returns:
         ``(B, T + N)`` int64: the prompt followed by the ``N <= max_new_tokens`` sampled tokens
@@ -271,7 +276,7 @@ def generate(
     eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
     ended = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     seq = prompt
-    state = DecodingState(model, offsets, prompt.shape[0]) if use_cache else None
+    state = DecodingState(model, offsets, prompt.shape[0], compile=compile) if use_cache else None
     step_input = seq  # what the next forward pass reads
     steps = range(max_new_tokens)
     if progress:

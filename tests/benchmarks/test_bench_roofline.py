@@ -56,3 +56,40 @@ def test_the_page_has_the_peak_every_case_and_the_shares(tmp_path, monkeypatch):
     assert case["flops"] > 0 and case["gflops"] == pytest.approx(
         case["flops"] / case["seconds"] / 1e9
     )
+
+
+def test_compile_adds_each_fp32_case_compiled_with_its_compile_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "CASES", {"lm eval fp32": TINY["lm eval fp32"]})
+    monkeypatch.setattr(bench, "PEAK_SHAPES", ((32, 32, 32),))
+    assert bench.main(["--steps", "1", "--rounds", "1", "--compile", "--out", str(tmp_path)]) == 0
+    (md,) = tmp_path.glob("roofline_cpu_*.md")
+    cases = {c["case"]: c for c in json.loads(md.with_suffix(".json").read_text())["cases"]}
+    assert set(cases) == {"lm eval fp32", "lm eval fp32 compiled"}
+    eager, compiled = cases["lm eval fp32"], cases["lm eval fp32 compiled"]
+    assert compiled["flops"] == eager["flops"] and compiled["gflops"] > 0
+    assert eager["compile_s"] is None and compiled["compile_s"] is not None
+    assert "| lm eval fp32 compiled |" in md.read_text()
+
+
+def test_a_case_that_does_not_compile_is_reported_not_fatal(tmp_path, monkeypatch):
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    monkeypatch.setattr(bench, "CASES", {"lm eval fp32": TINY["lm eval fp32"]})
+    monkeypatch.setattr(bench, "PEAK_SHAPES", ((32, 32, 32),))
+    case = bench._case
+
+    def failing(*args):
+        run, tokens = case(*args[:5])
+        if len(args) < 6 or not args[5]:
+            return run, tokens
+
+        def broken():
+            raise BackendCompilerFailed(broken, RuntimeError("C++ compile error"), None)
+
+        return broken, tokens
+
+    monkeypatch.setattr(bench, "_case", failing)
+    assert bench.main(["--steps", "1", "--rounds", "1", "--compile", "--out", str(tmp_path)]) == 0
+    (md,) = tmp_path.glob("roofline_cpu_*.md")
+    assert "| lm eval fp32 compiled | 2 x 64 | - | - | - | - | did not compile (RuntimeError: " \
+           "C++ compile error) |" in md.read_text()  # fmt: skip

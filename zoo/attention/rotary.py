@@ -85,6 +85,8 @@ def _turned(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     Computed in ``cos``'s dtype (fp32) or wider, rounded once to ``x``'s; same strides as ``x``."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
+    if torch.compiler.is_compiling():  # out= into a view breaks the graph; Inductor fuses this
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).to(x.dtype)
     out = torch.empty_like(x)
     for o, a, b, sign in ((out[..., :half], x1, x2, -1), (out[..., half:], x2, x1, 1)):
         if torch.promote_types(x.dtype, cos.dtype) == x.dtype:  # fp32 / fp64: in place

@@ -45,6 +45,9 @@ def generate_main(args: list[str]) -> None:
         action="store_true",
         help="keep the last max_seq_len tokens of a long prompt instead of failing",
     )
+    parser.add_argument("--compile", action="store_true", help="compile the one-token step "
+                        "(torch.compile): the same tokens, faster after a compile of seconds; "
+                        "pays off for long samples")  # fmt: skip
     parser.add_argument("--device", help=DEVICE_HELP)
     ns = parser.parse_args(args)
 
@@ -86,7 +89,7 @@ def generate_main(args: list[str]) -> None:
     try:
         out = generate(model, prompt, ns.max_new_tokens, temperature=ns.temperature,
                        top_k=ns.top_k, top_p=ns.top_p, generator=generator,
-                       truncate_prompt=ns.truncate_prompt)  # fmt: skip
+                       truncate_prompt=ns.truncate_prompt, compile=ns.compile)  # fmt: skip
     except ValueError as e:
         parser.exit(2, f"zoo generate: error: {e}\n")
     for i, row in enumerate(out):

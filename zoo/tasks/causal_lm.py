@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor
 
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, compile_failure
 from zoo.generation import generate
 from zoo.metrics import BitsPerByte
 from zoo.models.registry import create_model
@@ -144,6 +144,9 @@ class CausalLM(CheckpointAsData, LightningModule):
         gradient_checkpointing: recompute each block in the backward pass instead of keeping its
             activations (``model.gradient_checkpointing_enable()``): less memory, same gradients,
             about one more forward per step (docs/bench/gradient_checkpointing.md).
+        compile: run the model through ``torch.compile`` (``nn.Module.compile``: the weights'
+            names do not change): the same losses and updates to rounding, the first steps of
+            each new batch shape compile for seconds (docs/speed.md gives both).
 
     Batches are ``(x, y)``: int64 ``(B, T)`` inputs and targets, ``-100`` marking unscored targets.
     """
@@ -165,6 +168,7 @@ class CausalLM(CheckpointAsData, LightningModule):
         sampling: dict[str, PlainValue] | None = None,
         init_from: str | None = None,
         gradient_checkpointing: bool = False,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -180,6 +184,8 @@ class CausalLM(CheckpointAsData, LightningModule):
             self.model = _init_from(init_from, model_config or {}, model)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if compile:
+            self.model.compile()
         self.train_bpb, self.val_bpb, self.test_bpb = (self.metric_class() for _ in range(3))
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
@@ -193,7 +199,16 @@ class CausalLM(CheckpointAsData, LightningModule):
     def _nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """Summed NLL in nats (fp32) and the number of scored targets."""
         x, y = batch
-        logits = self.model(x).logits  # (B, T, V)
+        try:
+            logits = self.model(x).logits  # (B, T, V)
+        except Exception as e:
+            cause = compile_failure(e) if self.hparams.get("compile") else None
+            if cause is None:
+                raise
+            raise ConfigError(
+                f"torch.compile could not compile {type(self.model).__name__} ({cause}): run "
+                "without --model.compile (eager: the same numbers, slower)"
+            ) from None
         nll_sum = F.cross_entropy(
             logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
         )
