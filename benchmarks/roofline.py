@@ -67,6 +67,10 @@ CASES: dict[str, tuple[str, str, int, int, str]] = {
     "image_transformer_cifar10_1d eval fp32": (
         "image_transformer_cifar10_1d", "eval", 2, 3072, "float32",
     ),
+    # translation (teacher forcing): source and target both batch x length, 4,096 target
+    # tokens as the Multi30k recipes' max_tokens
+    "transformer_small train fp32": ("transformer_small", "train", 128, 32, "float32"),
+    "lstm_attention_small train fp32": ("lstm_attention_small", "train", 128, 32, "float32"),
 }  # fmt: skip
 DECODE_PROMPT = 16  # greedy decoding: this many prompt tokens, then length - prompt new ones
 
@@ -92,7 +96,8 @@ def _case(
     if compiled and what != "decode":
         model.compile()
     vocab = model.config.vocab_size
-    x = torch.randint(0, vocab, (batch, n))
+    x = torch.randint(4, vocab, (batch, n))  # no special ids (translation: 0-3)
+    inputs = (x, x) if getattr(model, "is_encoder_decoder", False) else (x,)  # source, target
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
     if what == "train":
         model.train()
@@ -100,7 +105,7 @@ def _case(
 
         def step() -> None:
             with autocast:
-                logits = model(x).logits
+                logits = model(*inputs).logits
             loss = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten())
             loss.backward()
             optimizer.step()
@@ -112,7 +117,7 @@ def _case(
 
         def forward() -> None:
             with torch.no_grad(), autocast:
-                model(x)
+                model(*inputs)
 
         return forward, batch * n
     prompt = x[:, :DECODE_PROMPT]

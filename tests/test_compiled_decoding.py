@@ -77,3 +77,44 @@ def test_other_errors_of_the_step_are_not_called_compile_failures(model, monkeyp
     monkeypatch.setattr(zoo.decoding.torch, "compile", broken)
     with pytest.raises(KeyError):
         generate(model, torch.zeros(1, 3, dtype=torch.long), 4, temperature=0, compile=True)
+
+
+FAMILIES = {  # every LM family's tiny preset; MoBA and NSA on the tiny model, with rotary positions
+    "dense": ("transformer_lm_tiny", {}),
+    "sparse": ("sparse_transformer_tiny", {}),
+    "routing": ("routing_transformer_tiny", {}),
+    "image": ("image_transformer_tiny", {}),
+    "moba": ("transformer_lm_tiny", {"position": "rotary",
+                                     "attention": {"name": "moba", "block_size": 8, "top_k": 2}}),
+    "nsa": ("transformer_lm_tiny", {"position": "rotary", "attention": {
+        "name": "nsa", "compress_block": 8, "compress_stride": 4, "select_block": 8,
+        "n_selected": 2, "n_initial": 1, "n_local": 1, "window": 8}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_familys_one_token_step_is_one_graph(family):
+    """Dynamo traces the cached step whole (no graph break: a break runs eagerly, in pieces),
+    at a cache long enough for sparse patterns and block selection to skip keys."""
+    preset, overrides = FAMILIES[family]
+    torch.manual_seed(0)
+    model = zoo.create_model(preset, **overrides).eval()
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        cache = model.init_cache(1)
+        model(torch.randint(0, model.config.vocab_size, (1, 30)), past_key_values=cache)
+        ids = torch.randint(0, model.config.vocab_size, (1, 1))
+        explained = torch._dynamo.explain(model)(ids, past_key_values=cache)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert explained.graph_count == 1
+
+
+def test_compiled_sparse_decoding_gives_the_eager_tokens():
+    """Compiled, the Sparse Transformer's step masks the whole cache instead of gathering the
+    pattern's keys (zoo.attention.functional.decode_attention): the same tokens."""
+    torch.manual_seed(0)
+    model = zoo.create_model("sparse_transformer_tiny").eval()
+    prompt = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(3))
+    eager = generate(model, prompt, 30, temperature=0)
+    torch._dynamo.reset()
+    assert torch.equal(generate(model, prompt, 30, temperature=0, compile=True), eager)

@@ -47,6 +47,45 @@ def test_label_smoothed_loss_matches_a_hand_computation():
     assert float(loss) == pytest.approx(total / count, rel=1e-5)
 
 
+@pytest.mark.parametrize("model", ["transformer_tiny", "lstm_attention_tiny"])
+def test_a_compiled_loss_and_update_are_the_eager_ones(model):
+    """compile=True: the training loss and gradients of the eager task, to rounding, with the
+    weights' names unchanged. (Not Adam's first update: g / (|g| + 1e-9) turns a gradient's
+    rounding near zero into a change of sign.)"""
+    torch._dynamo.reset()
+    tasks = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        tasks.append(Translation(model=model, warmup_steps=1, compile=compile))
+    assert list(tasks[1].state_dict()) == list(tasks[0].state_dict())
+    torch.manual_seed(1)
+    batch = tuple(torch.randint(3, 64, (2, n)) for n in (7, 5, 5))  # src, tgt_in, tgt_out
+    results = []
+    for task in tasks:
+        loss, _ = task._loss(batch, 0.1)
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in task.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-5)
+    for p, q in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert tasks[1].model._compiled_call_impl is not None
+    assert tasks[0].model._compiled_call_impl is None
+
+
+def test_a_translation_model_the_backend_cannot_compile_is_one_clear_error():
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    task = Translation(model="transformer_tiny", compile=True)
+
+    def broken(*args, **kwargs):
+        raise BackendCompilerFailed(broken, RuntimeError("no C++ compiler\nline 2"), None)
+
+    task.model._compiled_call_impl = broken
+    x = torch.full((1, 4), 5)
+    with pytest.raises(ConfigError, match=r"\(RuntimeError: no C\+\+ compiler\): run without "):
+        task._loss((x, x, x), 0.0)
+
+
 def _corpus(path, upper=False):
     words_de = ["ein", "Hund", "läuft", "im", "Park", "eine", "Frau", "liest", "Buch", "Mann"]
     words_en = ["a", "dog", "runs", "in", "park", "woman", "reads", "book", "man", "the"]

@@ -7,6 +7,9 @@ A :class:`ZooWarning` is a ``UserWarning`` that ``zoo`` prints as ``zoo: warning
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "CheckpointError",
     "ChecksumError",
@@ -21,6 +24,7 @@ __all__ = [
     "ZooError",
     "ZooWarning",
     "compile_failure",
+    "compile_failures",
 ]
 
 
@@ -110,3 +114,20 @@ def compile_failure(error: BaseException) -> str | None:
     cause = getattr(error, "inner_exception", None) or error
     first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
     return f"{type(cause).__name__}: {first[:200]}"
+
+
+@contextmanager
+def compile_failures(name: str, active: bool = True) -> Iterator[None]:
+    """Turn the compiler backend failing inside the block (:func:`compile_failure`) into a
+    one-line :class:`ConfigError` saying that ``name`` could not be compiled and to train without
+    ``--model.compile``; every other error passes unchanged (as all do when not ``active``)."""
+    try:
+        yield
+    except Exception as e:
+        cause = compile_failure(e) if active else None
+        if cause is None:
+            raise
+        raise ConfigError(
+            f"torch.compile could not compile {name} ({cause}): run without --model.compile "
+            "(eager: the same numbers, slower)"
+        ) from None

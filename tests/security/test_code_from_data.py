@@ -61,6 +61,16 @@ def test_a_clean_checkpoint_loads(tmp_path):
     assert task.model.config.d_model == 16 and task.hparams.model_config == TINY
 
 
+def test_a_checkpoint_trained_compiled_loads_eager(tmp_path):
+    """`compile` in a file says how it was trained; loading it starts no compiler (a C++
+    toolchain) unless the caller asks in code."""
+    ckpt = write_ckpt(tmp_path / "compiled.ckpt", compile=True)
+    task = load_checkpoint(ckpt)
+    assert task.model._compiled_call_impl is None and task.hparams.compile is False
+    task = load_checkpoint(ckpt, overrides={"compile": True})
+    assert task.model._compiled_call_impl is not None and task.hparams.compile is True
+
+
 @pytest.mark.parametrize("key", ["model_config", "sampling"])
 def test_a_class_path_in_hyperparameters_is_refused(tmp_path, sentinel, key):
     value = {"x": payload(sentinel)} if key == "model_config" else payload(sentinel)

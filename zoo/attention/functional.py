@@ -482,11 +482,14 @@ def decode_attention(
 
     ``q``: ``(B, h, T, D)``; ``k, v``: ``(B, h, S, D)``. Only the selected keys are gathered
     (``O(|A_i|)`` per token, not ``O(S)``); scores and softmax in fp32, as Child et al. (2019,
-    §5.6) cast queries and keys when sampling.
+    §5.6) cast queries and keys when sampling. Under ``torch.compile`` the whole cache is
+    masked instead (``O(S)``, the same weights): the gathered key count would break the graph.
     """
     B, h, T, D = q.shape
     S, dev = k.shape[2], q.device
     allowed = _allowed(pattern, h, past, T, S, dev)[0].expand(h, T, S)
+    if torch.compiler.is_compiling():  # the key count is data-dependent: mask the whole cache
+        return masked_attention(q, k, v, allowed)
     needed = allowed.any(1)  # (h, S): keys any new query uses
     n_keys = int(needed.sum(-1).max())
     idx = torch.sort((~needed).to(torch.uint8), dim=-1, stable=True).indices[:, :n_keys]

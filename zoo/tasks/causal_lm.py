@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor
 
-from zoo.errors import ConfigError, compile_failure
+from zoo.errors import ConfigError, compile_failures
 from zoo.generation import generate
 from zoo.metrics import BitsPerByte
 from zoo.models.registry import create_model
@@ -199,16 +199,8 @@ class CausalLM(CheckpointAsData, LightningModule):
     def _nll(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """Summed NLL in nats (fp32) and the number of scored targets."""
         x, y = batch
-        try:
+        with compile_failures(type(self.model).__name__, self.hparams.get("compile", False)):
             logits = self.model(x).logits  # (B, T, V)
-        except Exception as e:
-            cause = compile_failure(e) if self.hparams.get("compile") else None
-            if cause is None:
-                raise
-            raise ConfigError(
-                f"torch.compile could not compile {type(self.model).__name__} ({cause}): run "
-                "without --model.compile (eager: the same numbers, slower)"
-            ) from None
         nll_sum = F.cross_entropy(
             logits.flatten(0, 1).float(), y.flatten(), ignore_index=-100, reduction="sum"
         )

@@ -268,7 +268,8 @@ def load_checkpoint(
         overrides: hyper-parameters the caller sets instead of the file's (code, not data).
 
     Returns:
-        The task, with the checkpoint's weights, in train mode (as Lightning returns it).
+        The task, with the checkpoint's weights, in train mode (as Lightning returns it); eager
+        even where it was trained with ``compile`` (``overrides={"compile": True}`` compiles).
 
     Raises:
         CheckpointError: the file is unreadable as data, names a class that is not a zoo task, a
@@ -293,6 +294,8 @@ def _rebuild(ckpt, path, task_cls, strict, trust_init_from, overrides) -> Lightn
         )
     task_cls = saved or task_cls or CausalLM
     hp = checked_hyperparameters(task_cls, ckpt.get("hyper_parameters"), path)
+    if hp.get("compile"):  # how it was trained, not how it runs here: a file starts no compiler
+        hp["compile"] = False
     hp.update(overrides or {})
     try:
         task = task_cls(**rebuild_arguments(task_cls, hp, ckpt, path, trust_init_from))

@@ -30,7 +30,7 @@ from torchmetrics.text import SacreBLEUScore
 
 from zoo.beam_search import translate_ids
 from zoo.data.translation import BOS_ID, EOS_ID, PAD_ID
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, compile_failures
 from zoo.models.registry import create_model
 from zoo.tasks.causal_lm import lr_lambda
 from zoo.tasks.checkpoint import CheckpointAsData, PlainValue
@@ -66,6 +66,10 @@ class Translation(CheckpointAsData, LightningModule):
         gradient_checkpointing: recompute each encoder and decoder layer (LSTM: decoder step) in
             the backward pass instead of keeping its activations
             (``model.gradient_checkpointing_enable()``; docs/bench/gradient_checkpointing.md).
+        compile: run the model's forward (the training and validation losses) through
+            ``torch.compile`` (``nn.Module.compile``: the weights' names do not change); beam and
+            greedy decoding stay eager. The same losses to rounding; docs/speed.md gives the
+            compile time and the gain.
 
     Batches: ``(src (B, S), tgt_in (B, T), tgt_out (B, T))`` int64 from
     :class:`~zoo.data.TranslationDataModule`.
@@ -87,12 +91,15 @@ class Translation(CheckpointAsData, LightningModule):
         val_bleu: bool = True,
         decoding: Literal["beam", "greedy"] = "beam",
         gradient_checkpointing: bool = False,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = create_model(model, **(model_config or {}))
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if compile:
+            self.model.compile()
         if not getattr(self.model, "is_encoder_decoder", False):
             raise ConfigError(
                 f"{model} is not an encoder-decoder model: use transformer_small, ..."
@@ -152,7 +159,8 @@ class Translation(CheckpointAsData, LightningModule):
         self, batch: tuple[Tensor, Tensor, Tensor], smoothing: float
     ) -> tuple[Tensor, Tensor]:
         src, tgt_in, tgt_out = batch
-        logits = self.model(src, tgt_in).logits.flatten(0, 1).float()
+        with compile_failures(type(self.model).__name__, self.hparams.get("compile", False)):
+            logits = self.model(src, tgt_in).logits.flatten(0, 1).float()
         target = tgt_out.flatten()
         loss = F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=smoothing)
         return loss, (target != PAD_ID).sum()
