@@ -3,6 +3,8 @@
 
     python benchmarks/vs_transformers.py --out docs/bench/vs_transformers.md
     python benchmarks/vs_transformers.py --quick        # a smoke run at tiny sizes
+    python benchmarks/vs_transformers.py --compile --cases "training step" "greedy generation" \
+        --out docs/bench/vs_transformers_compiled_cpu_avx2.md
 
 Issue 78's goal: the zoo stays ahead of transformers by a training step >= 1.3x GPT-2, greedy
 generation >= 1.5x GPT-2 and beam 4 >= 1.25x MarianMT (the earlier figures, on an Intel Xeon:
@@ -26,6 +28,12 @@ sentences for 23 decoder steps, sentences/s. Each case warms both sides up once,
 ``--rounds`` rounds, each running each side once (which side goes first alternates); the table
 gives each side's median (and the range over rounds) and the ratio of the medians (and the range
 of the per-round ratios).
+
+``--compile`` races both sides compiled, each the way its library documents: training through
+``nn.Module.compile`` on both; greedy generation through ``zoo.generate(compile=True)`` against
+transformers' static cache with its ``CompileConfig`` (``_compile_all_devices``: transformers
+compiles automatically only on accelerators). The warm-up run, which compiles, is timed and
+reported apart. Beam search has no compiled path in the zoo, so ``beam 4`` is refused.
 """
 
 from __future__ import annotations
@@ -130,9 +138,10 @@ def load_zoo_weights(gpt2: torch.nn.Module, zoo_model: torch.nn.Module) -> None:
         theirs.copy_(ours)
 
 
-def training(sizes: Sizes) -> tuple[Runner, Runner, dict]:
+def training(sizes: Sizes, compile: bool = False) -> tuple[Runner, Runner, dict]:
     """Both sides' training step on the same random bytes: ``train_steps`` steps of forward,
-    cross-entropy (``labels=``), backward and AdamW per run."""
+    cross-entropy (``labels=``), backward and AdamW per run; ``compile``: both models through
+    ``nn.Module.compile``."""
     import zoo
 
     torch.manual_seed(0)
@@ -145,6 +154,9 @@ def training(sizes: Sizes) -> tuple[Runner, Runner, dict]:
     with torch.no_grad():  # the same weights: the same loss before any step
         initial = {"zoo": ours(x, labels=x).loss.item(),
                    "transformers": theirs(x, labels=x).loss.item()}  # fmt: skip
+    if compile:
+        ours.compile()
+        theirs.compile()
 
     def runner(model: torch.nn.Module, side: str) -> Runner:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -170,10 +182,13 @@ def training(sizes: Sizes) -> tuple[Runner, Runner, dict]:
     return runner(ours, "zoo"), runner(theirs, "transformers"), info
 
 
-def greedy(sizes: Sizes) -> tuple[Runner, Runner, dict]:
+def greedy(sizes: Sizes, compile: bool = False) -> tuple[Runner, Runner, dict]:
     """Both sides' greedy generation of ``new_tokens`` after the same prompt, batch 1, with the
     key/value cache; ``info["lengths"]`` collects the output lengths and ``info["calls"]`` the
-    forward calls of each run (the same work on both sides)."""
+    forward calls of each run (the same work on both sides). ``compile``: the module docstring.
+    """
+    from transformers import CompileConfig
+
     import zoo
 
     torch.manual_seed(0)
@@ -188,11 +203,16 @@ def greedy(sizes: Sizes) -> tuple[Runner, Runner, dict]:
     lengths: dict[str, list[int]] = {"zoo": [], "transformers": []}
     calls: dict[str, list[int]] = {"zoo": [], "transformers": []}
     tokens: dict[str, list[int]] = {}  # the last run's new tokens
+    hf_compiled: dict = {}
+    if compile:
+        config = CompileConfig(dynamic=True)
+        config._compile_all_devices = True  # on a CPU too
+        hf_compiled = {"cache_implementation": "static", "compile_config": config}
 
     def run_zoo() -> float:
         ours_calls[0] = 0
         start = time.perf_counter()
-        out = zoo.generate(ours, prompt, sizes.new_tokens, temperature=0)
+        out = zoo.generate(ours, prompt, sizes.new_tokens, temperature=0, compile=compile)
         seconds = time.perf_counter() - start
         lengths["zoo"].append(out.shape[1] - sizes.prompt)
         tokens["zoo"] = out[0, sizes.prompt :].tolist()
@@ -204,7 +224,7 @@ def greedy(sizes: Sizes) -> tuple[Runner, Runner, dict]:
         start = time.perf_counter()
         with torch.no_grad():
             out = theirs.generate(prompt, attention_mask=mask, max_new_tokens=sizes.new_tokens,
-                                  do_sample=False, use_cache=True)  # fmt: skip
+                                  do_sample=False, use_cache=True, **hf_compiled)  # fmt: skip
         seconds = time.perf_counter() - start
         lengths["transformers"].append(out.shape[1] - sizes.prompt)
         tokens["transformers"] = out[0, sizes.prompt :].tolist()
@@ -217,9 +237,11 @@ def greedy(sizes: Sizes) -> tuple[Runner, Runner, dict]:
     return run_zoo, run_hf, info
 
 
-def beam(sizes: Sizes) -> tuple[Runner, Runner, dict]:
+def beam(sizes: Sizes, compile: bool = False) -> tuple[Runner, Runner, dict]:
     """:mod:`benchmarks.beam_search_hf`'s two sides; ``info["calls"]`` collects the decoder
     steps of each run."""
+    if compile:
+        raise ValueError("beam 4 has no compiled zoo side: race it without --compile")
     run_zoo, run_hf, zoo_steps, hf_steps = beam_search_hf.contenders(
         sizes.sentences, sizes.beam_steps
     )
@@ -240,7 +262,7 @@ def beam(sizes: Sizes) -> tuple[Runner, Runner, dict]:
     return counting(run_zoo, zoo_steps, "zoo"), counting(run_hf, hf_steps, "transformers"), info
 
 
-CASES: dict[str, Callable[[Sizes], tuple[Runner, Runner, dict]]] = {
+CASES: dict[str, Callable[[Sizes, bool], tuple[Runner, Runner, dict]]] = {
     "training step": training,
     "greedy generation": greedy,
     "beam 4": beam,
@@ -249,9 +271,8 @@ CASES: dict[str, Callable[[Sizes], tuple[Runner, Runner, dict]]] = {
 
 def race(run_zoo: Runner, run_hf: Runner, rounds: int) -> list[tuple[float, float]]:
     """Warm both sides up once, then ``rounds`` rounds of one run each (alternating which side
-    goes first): ``[(zoo seconds, transformers seconds)]``."""
-    run_zoo(), run_hf()
-    times = []
+    goes first): ``[(zoo seconds, transformers seconds)]``, the warm-up's first."""
+    times = [(run_zoo(), run_hf())]
     for r in range(rounds):
         if r % 2:
             t_hf, t_zoo = run_hf(), run_zoo()
@@ -261,10 +282,11 @@ def race(run_zoo: Runner, run_hf: Runner, rounds: int) -> list[tuple[float, floa
     return times
 
 
-def measure(case: str, sizes: Sizes) -> dict:
-    """One case's row: per-round throughputs of both sides, their medians and the ratio."""
-    run_zoo, run_hf, info = CASES[case](sizes)
-    times = race(run_zoo, run_hf, sizes.rounds)
+def measure(case: str, sizes: Sizes, compile: bool = False) -> dict:
+    """One case's row: per-round throughputs of both sides, their medians and the ratio, and
+    the warm-up's seconds (the compiles, with ``compile``)."""
+    run_zoo, run_hf, info = CASES[case](sizes, compile)
+    warm_up, *times = race(run_zoo, run_hf, sizes.rounds)
     work = info["work"]
     zoo = [work / t for t, _ in times]
     hf = [work / t for _, t in times]
@@ -272,7 +294,8 @@ def measure(case: str, sizes: Sizes) -> dict:
     ratio = statistics.median(zoo) / statistics.median(hf)
     return {"case": case, "baseline": goal.baseline, "goal": goal.ratio, "earlier": goal.earlier,
             "zoo": zoo, "transformers": hf, "ratio": ratio, "met": ratio >= goal.ratio,
-            "round_ratios": [z / h for z, h in zip(zoo, hf, strict=True)], **info}  # fmt: skip
+            "round_ratios": [z / h for z, h in zip(zoo, hf, strict=True)], "warm_up": warm_up,
+            **info}  # fmt: skip
 
 
 def cpu_name() -> str:
@@ -293,11 +316,22 @@ def _spread(values: list[float], fmt: str) -> str:
            f"{fmt.format(max(values))})"  # fmt: skip
 
 
+COMPILED_NOTE = (
+    "Both sides through torch.compile, each as its library documents (training: "
+    "`nn.Module.compile`; greedy: `zoo.generate(compile=True)` against transformers' static "
+    "cache and `CompileConfig(dynamic=True)`, compiled on a CPU through `_compile_all_devices`). "
+    "The warm-up run, which compiles, is not in the rounds; its seconds are below."
+)
+
+
 def report(rows: list[dict], environment: dict) -> str:
     """The markdown: the goal table, what each row measured, and the rounds."""
-    lines = [
-        "# The zoo against transformers' own models of the same shape (issue 78)",
-        "",
+    compiled = environment.get("compile", False)
+    title = "# The zoo against transformers' own models of the same shape"
+    lines = [title + (", both compiled (issue 81)" if compiled else " (issue 78)"), ""]
+    if compiled:
+        lines += [COMPILED_NOTE, ""]
+    lines += [
         f"{environment['cpu']}, torch {environment['torch']}, transformers "
         f"{environment['transformers']}; {environment['rounds']} rounds per case after a "
         "warm-up, each running both sides once (alternating which goes first). Cells: median "
@@ -338,6 +372,13 @@ def report(rows: list[dict], environment: dict) -> str:
                 f"  Forward (decoder) calls per run: zoo {sorted(set(r['calls']['zoo']))}, "
                 f"{r['baseline']} {sorted(set(r['calls']['transformers']))}."
             )
+    if compiled:
+        lines += [
+            "",
+            "Warm-up run, compiles included (seconds, zoo / transformers): "
+            + "; ".join(f"{r['case']} {r['warm_up'][0]:.1f} / {r['warm_up'][1]:.1f}" for r in rows)
+            + ".",
+        ]
     lines += [
         "",
         "Per round (zoo / transformers):",
@@ -366,8 +407,15 @@ def main(argv: list[str] | None = None) -> tuple[list[dict], str]:
     p.add_argument("--rounds", type=int, default=None, help=f"default {FULL.rounds}")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--compile", action="store_true", help="both sides compiled (torch.compile); "
+                   "training step and greedy generation only")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     args = p.parse_args(argv)
+    if args.compile and "beam 4" in args.cases:
+        p.error(
+            '--compile races "training step" and "greedy generation" only (the zoo\'s beam '
+            'search has no compiled path): pass --cases "training step" "greedy generation"'
+        )
     torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else FULL
     if args.rounds is not None:
@@ -379,11 +427,12 @@ def main(argv: list[str] | None = None) -> tuple[list[dict], str]:
     load_before = os.getloadavg()[0]
     rows = []
     for case in args.cases:
-        rows.append(measure(case, sizes))
+        rows.append(measure(case, sizes, args.compile))
         rows[-1]["load_after"] = os.getloadavg()[0]
     environment = {
         "cpu": cpu_name(), "torch": torch.__version__, "transformers": transformers.__version__,
         "rounds": sizes.rounds, "threads": args.threads, "load_before": load_before,
+        "compile": args.compile,
         "command": shlex.join(["python", "benchmarks/vs_transformers.py", *argv]),
     }  # fmt: skip
     text = report(rows, environment)

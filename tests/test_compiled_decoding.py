@@ -118,3 +118,20 @@ def test_compiled_sparse_decoding_gives_the_eager_tokens():
     eager = generate(model, prompt, 30, temperature=0)
     torch._dynamo.reset()
     assert torch.equal(generate(model, prompt, 30, temperature=0, compile=True), eager)
+
+
+def test_nsa_decoding_compiles_one_graph_across_completed_blocks(monkeypatch):
+    """A compressed block completes every compress_stride positions: the compiled step holds
+    that as a tensor, not a branch (a graph per outcome, a recompile every few tokens). Dynamo
+    alone (backend "eager") counts the graphs without Inductor's compile."""
+    preset, overrides = FAMILIES["nsa"]
+    torch.manual_seed(0)
+    model = zoo.create_model(preset, **overrides).eval()
+    monkeypatch.setattr(zoo.decoding, "compiled_step",
+                        lambda m: torch.compile(m, dynamic=True, backend="eager"))  # fmt: skip
+    prompt = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(4))
+    eager = generate(model, prompt, 12, temperature=0)  # 20 + 12: blocks complete at 23, 27, 31
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
+    assert torch.equal(generate(model, prompt, 12, temperature=0, compile=True), eager)
+    assert counters["stats"]["unique_graphs"] - graphs == 1

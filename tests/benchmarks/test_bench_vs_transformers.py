@@ -59,13 +59,15 @@ def test_gpt2_like_computes_what_the_zoo_computes():
 
 
 def test_the_ratio_is_of_the_medians_and_a_missed_goal_says_no(monkeypatch):
-    def fake_beam(sizes):
+    def fake_beam(sizes, compile):
         calls = {"zoo": [3], "transformers": [3]}
         return None, None, {"work": 12, "unit": "sentences/s", "shape": "fake", "calls": calls}
 
     monkeypatch.setitem(bench.CASES, "beam 4", fake_beam)
-    monkeypatch.setattr(bench, "race", lambda *_: [(1.0, 1.2), (1.0, 1.0), (2.0, 2.4)])
+    warm_up = (7.0, 9.5)  # race's first pair: not a round
+    monkeypatch.setattr(bench, "race", lambda *_: [warm_up, (1.0, 1.2), (1.0, 1.0), (2.0, 2.4)])
     row = bench.measure("beam 4", bench.QUICK)
+    assert row["warm_up"] == warm_up
     assert row["zoo"] == [12.0, 12.0, 6.0] and row["transformers"] == [10.0, 12.0, 5.0]
     assert row["ratio"] == pytest.approx(12 / 10) and not row["met"]  # goal 1.25
     env = {"cpu": "CPU X (2 threads)", "torch": "t", "transformers": "h", "rounds": 3,
@@ -75,3 +77,14 @@ def test_the_ratio_is_of_the_medians_and_a_missed_goal_says_no(monkeypatch):
             "1.20× (1.00–1.20) | ≥ 1.25× (earlier 1.26× on an Intel Xeon) | **no** |") in text  # fmt: skip
     assert "| beam 4 (sentences/s) | 12.0 / 10.0 | 12.0 / 12.0 | 6.0 / 5.0 |" in text
     assert "before the run: 0.50; after each case: 1.90 (" in text
+    assert "compiled" not in text and "Warm-up" not in text
+    text = bench.report([{**row, "load_after": 1.9}], {**env, "compile": True})
+    assert text.startswith("# The zoo against transformers' own models of the same shape, both "
+                           "compiled (issue 81)\n")  # fmt: skip
+    assert "(seconds, zoo / transformers): beam 4 7.0 / 9.5." in text
+
+
+def test_compile_refuses_beam_search_which_has_no_compiled_side(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--compile", "--quick"])
+    assert 'pass --cases "training step" "greedy generation"' in capsys.readouterr().err

@@ -212,7 +212,7 @@ def _importance(p_cmp: Tensor, n_keys: int, params: NSAParams) -> Tensor:
     stride-``d`` piece ``i .. i + l/d - 1`` it covers, and a block sums its ``l'/d`` pieces."""
     per_token = params.compress_block // params.compress_stride
     per_block = params.select_block // params.compress_stride
-    nb, n_cmp = math.ceil(n_keys / params.select_block), p_cmp.shape[-1]
+    nb, n_cmp = -(-n_keys // params.select_block), p_cmp.shape[-1]  # integer ceil: traceable
     p = p_cmp.float()
     mass = F.pad(p, (0, nb * per_block - n_cmp))  # (B, H, T, pieces): N + l/d - 1 <= pieces
     for r in range(1, per_token):
@@ -481,6 +481,8 @@ class NSASelfAttention(nn.Module):
         by nobody)."""
         B, H, S, D = raw.shape
         l, d = phi.block, phi.stride
+        if S - past == 1 and torch.compiler.is_compiling():
+            return _completed_at_last(phi, raw)
         out = raw.new_zeros(B, H, S - past, D)
         first = max(0, -(-(past - l + 1) // d))  # the first token ending at or after past
         last = (S - l) // d  # the last token ending before S
@@ -491,6 +493,19 @@ class NSASelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self.params).items())
+
+
+def _completed_at_last(phi: BlockCompressor, raw: Tensor) -> Tensor:
+    """:meth:`NSASelfAttention._completed` of one new position, the last of ``raw``
+    ``(B, H, S, D)``: ``(B, H, 1, D)``, ``phi`` of the block ending there, or zeros where none
+    ends. Whether one ends is a tensor, not a branch on ``S``: compiled, such a branch makes a
+    graph for each outcome and a recompile every ``d`` positions."""
+    S, l, d = raw.shape[2], phi.block, phi.stride
+    window = raw[:, :, -l:]  # the block ending at the new position (fewer rows while S < l)
+    window = F.pad(window, (0, 0, l - window.shape[2], 0))
+    pos = torch.arange(S - 1, S, device=raw.device)  # (1,): the new position
+    ends = (pos >= l - 1) & ((pos - l + 1) % d == 0)
+    return torch.where(ends[:, None], phi(window), 0.0)
 
 
 @register_attention("nsa", NSAParams)
