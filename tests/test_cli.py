@@ -101,6 +101,24 @@ def test_ckpt_path_says_which_model_flags_it_ignores(trained, capsys, monkeypatc
         zoo("test", ckpt, *common)  # nothing changed: no warning
 
 
+def test_ckpt_path_takes_compile_from_the_command_line_not_the_file(trained, monkeypatch, tmp_path):
+    """A checkpoint of a compiled run does not compile where it is loaded; the flag does."""
+    saved = torch.load(trained / "checkpoints" / "best.ckpt", weights_only=True)
+    saved["hyper_parameters"]["compile"] = True
+    torch.save(saved, tmp_path / "compiled.ckpt")
+    compiled = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(self))
+    monkeypatch.chdir(trained)
+    common = [f"--ckpt_path={tmp_path / 'compiled.ckpt'}", "--trainer.limit_test_batches=1",
+              "--trainer.logger=false"]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ckpt_path: the model is rebuilt.*")
+        zoo("test", *common)
+        assert compiled == []
+        zoo("test", *common, "--model.compile=true")
+    assert len(compiled) == 1
+
+
 def test_predict_samples_the_prompts(trained, capsys, monkeypatch):
     monkeypatch.chdir(trained)
     monkeypatch.delenv("ZOO_DATA_DIR")  # sampling needs the prompts, not the data set

@@ -110,8 +110,9 @@ def parser_kwargs() -> dict[str, dict[str, str]]:
             for command, summary in SUMMARIES.items()}  # fmt: skip
 
 
-# model arguments that --ckpt_path keeps from the command line (not the model itself)
-CKPT_PATH_HONOURED = ("sampling",)
+# model arguments that --ckpt_path keeps from the command line (not the model itself; a file's
+# `compile: true` starts no compiler)
+CKPT_PATH_HONOURED = ("sampling", "compile")
 
 
 # Trainer settings where an int counts batches and a float is a fraction
