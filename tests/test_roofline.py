@@ -39,6 +39,15 @@ def test_the_cpus_fused_attention_is_counted_causal_at_its_share():
     assert both - causal == round(2.5 * full * (T + 1) / (2 * T))  # PyTorch's backward formula
 
 
+def test_an_lstm_layer_counts_its_gate_products():
+    """nn.LSTM runs as one oneDNN op on a CPU; its products are counted, twice over backward."""
+    lstm = torch.nn.LSTM(16, 32, batch_first=True)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    forward = 2 * 3 * 5 * (4 * 32) * (16 + 32)
+    assert count_flops(lambda: lstm(x)) == forward
+    assert count_flops(lambda: lstm(x)[0].sum().backward()) == 3 * forward
+
+
 def test_the_block_selection_kernel_is_counted():
     """Its chunks run through the fused CPU kernel inside an autograd Function: counted too."""
     torch.manual_seed(0)

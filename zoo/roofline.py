@@ -9,7 +9,8 @@ attention here and the block-selection kernel run through; importing this module
 with PyTorch's own formulas (``sdpa_flop_count``: ``4 B H T S D`` forward; ``sdpa_backward_flop_count``
 for the backward), scaled to the entries a causal kernel computes (``is_causal``: query ``i``
 sees keys ``0 .. i``, about half of ``T S``); a kernel given a mask computes every entry and is
-counted whole.
+counted whole. Nor does it know oneDNN's LSTM layer (``mkldnn_rnn_layer``, which ``nn.LSTM``
+runs on a CPU): its gate products, ``2 (4 H) (I + H)`` per token, twice that backward.
 
 The **matrix-product peak** of a dtype is the best ``torch.mm`` rate of that dtype on this machine
 and thread count, over square products of 512 to 2,048 and the shapes of a small Transformer's
@@ -72,6 +73,24 @@ if _aten._scaled_dot_product_flash_attention_for_cpu.default not in flop_counter
                                  out_shape=None, **kw):  # fmt: skip
         share = _causal_share(q[-2], k[-2]) if is_causal else 1.0
         return round(flop_counter.sdpa_backward_flop_count(g, q, k, v) * share)
+
+
+def _lstm_layer_flops(x: tuple[int, ...], w_ih: tuple[int, ...], w_hh: tuple[int, ...]) -> int:
+    """An LSTM layer's gate products over every step: ``2 (4 H) (I + H)`` per token of ``x``
+    ``(T, B, I)`` or ``(B, T, I)``, for ``w_ih`` ``(4 H, I)`` and ``w_hh`` ``(4 H, H)``."""
+    return 2 * x[0] * x[1] * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+
+
+if _aten.mkldnn_rnn_layer.default not in flop_counter.flop_registry:
+    # ``nn.LSTM`` on a CPU runs through oneDNN's whole-layer op, which the counter does not know
+
+    @flop_counter.register_flop_formula(_aten.mkldnn_rnn_layer)
+    def _lstm_flop(x, w_ih, w_hh, *args, out_shape=None, **kw):  # noqa: ANN001, ANN202
+        return _lstm_layer_flops(x, w_ih, w_hh)
+
+    @flop_counter.register_flop_formula(_aten.mkldnn_rnn_layer_backward)
+    def _lstm_backward_flop(x, w_ih, w_hh, *args, out_shape=None, **kw):  # noqa: ANN001, ANN202
+        return 2 * _lstm_layer_flops(x, w_ih, w_hh)  # the gradients of the inputs and weights
 
 
 @contextmanager
