@@ -193,8 +193,10 @@ def measure_cases(
 
 
 KINDS = ("matrix products", "attention", "loss", "optimizer", "element-wise and norms")
+# oneDNN's LSTM layer (nn.LSTM on a CPU) is its gate products, the gates' element-wise work inside
 _MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::dot",
-           "aten::mv", "aten::addmv", "aten::_int_mm")  # fmt: skip
+           "aten::mv", "aten::addmv", "aten::_int_mm", "aten::mkldnn_rnn_layer",
+           "aten::mkldnn_rnn_layer_backward")  # fmt: skip
 _LOSS = ("cross_entropy", "log_softmax", "nll_loss", "_softmax_backward", "logsumexp")
 
 

@@ -18,6 +18,7 @@ TINY = {
     [
         ("aten::mm", "matrix products"),
         ("aten::addmm", "matrix products"),
+        ("aten::mkldnn_rnn_layer_backward", "matrix products"),
         ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attention"),
         ("aten::_log_softmax_backward_data", "loss"),
         ("aten::nll_loss_forward", "loss"),
