@@ -15,9 +15,9 @@ from zoo.attention.mechanisms.nsa import (
     NSASelfAttention,
     compressed_attention,
     nsa_attention,
-    nsa_attention_ref,
     nsa_blocks,
 )
+from zoo.attention.mechanisms.nsa_reference import nsa_attention_ref
 from zoo.errors import ConfigError
 
 # l, d, l', n, initial, local, w: d < l with l' = l, l' < l, l' > l, l = l' = d
